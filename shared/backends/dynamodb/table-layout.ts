@@ -1,0 +1,40 @@
+/**
+ * The claims table's layout, shared by the adapter and the CDK `ClaimsTable` construct.
+ *
+ * One table holds slots and effects:
+ * - slot:   pk = `<jobId>#<window>`,              sk = `slot`
+ * - effect: pk = `<jobId>#<window>#fx<shard>`,     sk = `<keyHash>`
+ *
+ * Every partition key starts with `<jobId>#`, so IAM can confine a function to its own job's items
+ * (dynamodb:LeadingKeys `<jobId>#*`). A window's effects are spread over EFFECT_SHARDS partitions
+ * (the shard is the key hash's first hex digit): a real DynamoDB partition takes about 1,000 writes/s,
+ * so 16 of them carry 16,000 reservations a second before one throttles.
+ */
+export const TableLayout = {
+  partitionKey: 'pk',
+  sortKey: 'sk',
+  /** Epoch seconds; DynamoDB's TTL deletes the item some time after it passes. */
+  ttlAttribute: 'expiresAt',
+  slotSortKey: 'slot',
+} as const;
+
+export const EFFECT_SHARDS = 16;
+
+export function slotPartitionKey(jobId: string, window: string): string {
+  return `${jobId}#${window}`;
+}
+
+export function effectPartitionKey(jobId: string, window: string, keyHash: string): string {
+  return `${jobId}#${window}#fx${effectShard(keyHash)}`;
+}
+
+/** The shard of a hex key hash: its first hex digit, 0..15. */
+export function effectShard(keyHash: string): number {
+  const shard = Number.parseInt(keyHash.charAt(0), 16);
+  return Number.isNaN(shard) ? 0 : shard;
+}
+
+/** The IAM LeadingKeys pattern that confines a grant to one job's items. */
+export function leadingKeysPattern(jobId: string): string {
+  return `${jobId}#*`;
+}

@@ -1,0 +1,32 @@
+/**
+ * The CloudWatch contract between the runtime (which emits these in Embedded Metric Format) and the
+ * CDK constructs (which alarm on them). One definition, imported by both, so they cannot drift.
+ */
+export const METRICS_NAMESPACE = 'Slotguard';
+
+/** The one dimension every slotguard metric carries. */
+export const JOB_ID_DIMENSION = 'JobId';
+
+export const MetricName = {
+  /** A fire won its slot (new, takeover or retry). The missed-run alarm watches for its absence. */
+  ClaimAcquired: 'ClaimAcquired',
+  /** A fire found its slot already held or done: the incident's signal (3 replicas = 2 of these). */
+  DuplicateClaim: 'DuplicateClaim',
+  /** A claim took over a RUNNING slot whose lease had expired (the holder died or froze). */
+  LeaseTakeover: 'LeaseTakeover',
+  /** A holder learned its slot was taken over and stopped reserving effects. */
+  LeaseLost: 'LeaseLost',
+  /** An effect ran and was recorded done. */
+  EffectDone: 'EffectDone',
+  /** An effect was found done by an earlier run and skipped. */
+  EffectSkipped: 'EffectSkipped',
+  /** An effect was reserved by an earlier epoch and never marked done: it may or may not have happened. */
+  EffectInDoubt: 'EffectInDoubt',
+  /** An effect failed without performing and was released for a later run. */
+  EffectFailed: 'EffectFailed',
+  /** An event that can never succeed was rejected without a claim, an effect or a retry. */
+  InvalidEvent: 'InvalidEvent',
+  /** A run stopped with work left (Lambda time or lease margin) and released its slot to be resumed. */
+  RunYielded: 'RunYielded',
+} as const;
+export type MetricName = (typeof MetricName)[keyof typeof MetricName];
