@@ -81,7 +81,12 @@ export type RenewOutcome =
 export type FinishOutcome =
   | { readonly kind: 'ok' }
   /** The slot moved on without us (taken over, or reaped): our write was rejected. */
-  | { readonly kind: 'fenced'; readonly holder?: string; readonly epoch?: number; readonly state?: SlotState };
+  | {
+      readonly kind: 'fenced';
+      readonly holder?: string;
+      readonly epoch?: number;
+      readonly state?: SlotState;
+    };
 
 /** Why a holder gives its slot back. */
 export type ReleaseReason =

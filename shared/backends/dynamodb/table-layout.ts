@@ -25,7 +25,12 @@ export function slotPartitionKey(jobId: string, window: string): string {
 }
 
 export function effectPartitionKey(jobId: string, window: string, keyHash: string): string {
-  return `${jobId}#${window}#fx${effectShard(keyHash)}`;
+  return effectShardPartitionKey(jobId, window, effectShard(keyHash));
+}
+
+/** The partition key of one of a window's EFFECT_SHARDS effect partitions. */
+export function effectShardPartitionKey(jobId: string, window: string, shard: number): string {
+  return `${jobId}#${window}#fx${shard}`;
 }
 
 /** The shard of a hex key hash: its first hex digit, 0..15. */

@@ -1,0 +1,380 @@
+import {
+  type AttributeValue,
+  ConditionalCheckFailedException,
+  type DynamoDBClient,
+  GetItemCommand,
+  UpdateItemCommand,
+} from '@aws-sdk/client-dynamodb';
+import { StoreError } from '../../errors.js';
+import type {
+  Claim,
+  ClaimOutcome,
+  ClaimStore,
+  FinishOutcome,
+  LeaseRequest,
+  ReleaseReason,
+  RenewOutcome,
+  RunSummary,
+  SlotRecord,
+} from '../../slot/ports.js';
+import { SlotState } from '../../slot/ports.js';
+import type { Slot } from '../../slot/slot.js';
+import { conflictItem, num, str } from './attribute-values.js';
+import { slotPartitionKey, TableLayout } from './table-layout.js';
+
+export interface DynamoClaimStoreOptions {
+  readonly client: DynamoDBClient;
+  readonly tableName: string;
+  /**
+   * Ask DynamoDB to return the current item when a condition fails (ReturnValuesOnConditionCheckFailure
+   * ALL_OLD), saving the GetItem that otherwise follows a lost race. Servers that ignore it (dynalite)
+   * cost that one consistent read more.
+   * @default true
+   */
+  readonly returnOldOnConflict?: boolean;
+}
+
+/** Attribute names, kept in one place so every expression uses the same spelling. */
+const A = {
+  state: 'state',
+  owner: 'owner',
+  epoch: 'epoch',
+  leaseUntil: 'leaseUntil',
+  attempts: 'attempts',
+  failures: 'failures',
+  executionId: 'executionId',
+  attemptNumber: 'attemptNumber',
+  invocationId: 'invocationId',
+  claimedAt: 'claimedAt',
+  completedAt: 'completedAt',
+  summary: 'summary',
+  lastError: 'lastError',
+  jobId: 'jobId',
+  window: 'window',
+  maxAttempts: 'maxAttempts',
+  expiresAt: TableLayout.ttlAttribute,
+} as const;
+
+const NAMES = Object.fromEntries(Object.values(A).map((name) => [`#${name}`, name]));
+
+/**
+ * The slot half of the DynamoDB backend: one item per (job, window), claimed, renewed, completed
+ * and released by conditional UpdateItem. Nothing here depends on transactions, on ALL_OLD being
+ * honoured, or on TTL having deleted anything.
+ */
+export class DynamoClaimStore implements ClaimStore {
+  readonly #client: DynamoDBClient;
+  readonly #table: string;
+  readonly #returnOld: boolean;
+
+  constructor(options: DynamoClaimStoreOptions) {
+    this.#client = options.client;
+    this.#table = options.tableName;
+    this.#returnOld = options.returnOldOnConflict ?? true;
+  }
+
+  /*
+   * Timeline of a claim:
+   *   t0  A: UpdateItem (absent → RUNNING, epoch 1, leaseUntil t0+L)            → claimed
+   *   t1  B: same write; condition fails (RUNNING, lease live)                   → held (or done)
+   *   t0+L+ε B: same write; condition passes (lease expired): epoch 2, owner B   → claimed, takeover
+   *   A's later renew/complete (owner A, epoch 1) fail their conditions          → lost / fenced
+   * The epoch is `if_not_exists(epoch, 0) + 1` inside the same write, so it grows by exactly one per
+   * grant with no read first. A write that committed but whose response was lost is retried by the
+   * SDK, fails the condition, and is recognised below as ours by its owner token.
+   */
+  async claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
+    // A slot released (or whose lease ran out) between our failed write and the read that explains
+    // it is claimable again: try the same write once more rather than report a holder that is gone.
+    for (let attempt = 1; ; attempt++) {
+      const outcome = await this.#claimOnce(slot, lease, now);
+      if (outcome !== 'claimable') return outcome;
+      if (attempt === 3) return { kind: 'held', holder: '', epoch: 0, leaseEndsAt: now };
+    }
+  }
+
+  async #claimOnce(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome | 'claimable'> {
+    const leaseUntil = now + lease.leaseMs;
+    const values: Record<string, AttributeValue> = {
+      ':running': str(SlotState.Running),
+      ':released': str(SlotState.Released),
+      ':owner': str(lease.owner),
+      ':now': num(now),
+      ':leaseUntil': num(leaseUntil),
+      ':zero': num(0),
+      ':one': num(1),
+      ':expiresAt': num(lease.expiresAtSeconds),
+      ':jobId': str(slot.jobId),
+      ':window': str(slot.window),
+      ':executionId': str(lease.delivery.executionId ?? ''),
+      ':attemptNumber': num(lease.delivery.attemptNumber ?? 0),
+      ':invocationId': str(lease.delivery.invocationId ?? ''),
+      ':maxAttempts': num(lease.maxAttempts),
+    };
+    const isNew = 'attribute_not_exists(#state)';
+    const isExpiredLease = '(#state = :running AND #leaseUntil < :now)';
+    const isReleased = '#state = :released';
+    try {
+      const result = await this.#client.send(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: this.#key(slot),
+          UpdateExpression:
+            'SET #state = :running, #owner = :owner, #epoch = if_not_exists(#epoch, :zero) + :one, ' +
+            '#leaseUntil = :leaseUntil, #attempts = if_not_exists(#attempts, :zero) + :one, ' +
+            '#failures = if_not_exists(#failures, :zero), #claimedAt = :now, #expiresAt = :expiresAt, ' +
+            '#jobId = :jobId, #window = :window, #executionId = :executionId, ' +
+            '#attemptNumber = :attemptNumber, #invocationId = :invocationId, #maxAttempts = :maxAttempts',
+          ConditionExpression: `${isNew} OR ${isExpiredLease} OR ${isReleased}`,
+          ExpressionAttributeNames: pick(NAMES, [
+            A.state,
+            A.owner,
+            A.epoch,
+            A.leaseUntil,
+            A.attempts,
+            A.failures,
+            A.claimedAt,
+            A.expiresAt,
+            A.jobId,
+            A.window,
+            A.executionId,
+            A.attemptNumber,
+            A.invocationId,
+            A.maxAttempts,
+          ]),
+          ExpressionAttributeValues: values,
+          ReturnValues: 'ALL_OLD',
+          ...this.#returnOldOnConflict(),
+        }),
+      );
+      const old = result.Attributes;
+      const previousState = old?.[A.state]?.S;
+      const epoch = (old ? num$(old, A.epoch) : 0) + 1;
+      const via = !old || !previousState ? 'new' : previousState === SlotState.Running ? 'takeover' : 'retry';
+      const previousHolder = via === 'takeover' ? old?.[A.owner]?.S : undefined;
+      return {
+        kind: 'claimed',
+        claim: { slot, owner: lease.owner, epoch, leaseEndsAt: leaseUntil, via },
+        ...(previousHolder ? { previousHolder } : {}),
+      };
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw storeError('claim', slot, error);
+      const current = await this.#current(slot, error);
+      return current ? outcomeOfConflict(slot, current, lease.owner, now) : 'claimable';
+    }
+  }
+
+  async renew(claim: Claim, leaseMs: number, now: number): Promise<RenewOutcome> {
+    const leaseUntil = now + leaseMs;
+    try {
+      await this.#fencedUpdate(claim, 'SET #leaseUntil = :leaseUntil', { ':leaseUntil': num(leaseUntil) }, [
+        A.leaseUntil,
+      ]);
+      return { kind: 'renewed', leaseEndsAt: leaseUntil };
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw storeError('renew', claim.slot, error);
+      const current = await this.#current(claim.slot, error);
+      if (current && isOurs(current, claim) && current.state === SlotState.Running) {
+        // Our own renewal committed and its response was lost; the SDK's retry then saw its own write.
+        return { kind: 'renewed', leaseEndsAt: current.leaseEndsAt };
+      }
+      return { kind: 'lost', ...fencedBy(current) };
+    }
+  }
+
+  async complete(claim: Claim, summary: RunSummary, now: number): Promise<FinishOutcome> {
+    return this.#finish(
+      claim,
+      SlotState.Done,
+      'SET #state = :done, #summary = :summary, #completedAt = :now REMOVE #leaseUntil',
+      { ':done': str(SlotState.Done), ':summary': str(JSON.stringify(summary)), ':now': num(now) },
+      [A.state, A.summary, A.completedAt, A.leaseUntil],
+    );
+  }
+
+  async release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome> {
+    if (reason.kind === 'yield') {
+      return this.#finish(
+        claim,
+        SlotState.Released,
+        'SET #state = :released, #leaseUntil = :now',
+        { ':released': str(SlotState.Released), ':now': num(now) },
+        [A.state, A.leaseUntil],
+      );
+    }
+    // A failed run counts toward maxAttempts; the last allowed failure makes the slot FAILED so
+    // further fires stand down instead of failing forever. `failures` is read from the claim's own
+    // record: nobody else writes it while we hold the epoch.
+    const record = await this.read(claim.slot);
+    const failures = (record && isOurs(record, claim) ? record.failures : 0) + 1;
+    const maxAttempts = record?.maxAttempts ?? Number.POSITIVE_INFINITY;
+    const state = failures >= maxAttempts ? SlotState.Failed : SlotState.Released;
+    return this.#finish(
+      claim,
+      state,
+      'SET #state = :next, #failures = :failures, #lastError = :lastError, #leaseUntil = :now',
+      {
+        ':next': str(state),
+        ':failures': num(failures),
+        ':lastError': str(reason.message.slice(0, 1000)),
+        ':now': num(now),
+      },
+      [A.state, A.failures, A.lastError, A.leaseUntil],
+    );
+  }
+
+  async read(slot: Slot): Promise<(SlotRecord & { maxAttempts?: number }) | undefined> {
+    try {
+      const result = await this.#client.send(
+        new GetItemCommand({ TableName: this.#table, Key: this.#key(slot), ConsistentRead: true }),
+      );
+      return result.Item ? toRecord(slot, result.Item) : undefined;
+    } catch (error) {
+      throw storeError('read', slot, error);
+    }
+  }
+
+  async #finish(
+    claim: Claim,
+    target: SlotState,
+    update: string,
+    values: Record<string, AttributeValue>,
+    names: readonly string[],
+  ): Promise<FinishOutcome> {
+    try {
+      await this.#fencedUpdate(claim, update, values, names);
+      return { kind: 'ok' };
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw storeError(target, claim.slot, error);
+      const current = await this.#current(claim.slot, error);
+      if (current && isOurs(current, claim) && current.state === target) return { kind: 'ok' };
+      return { kind: 'fenced', ...fencedBy(current) };
+    }
+  }
+
+  /** An update that only the holder of this exact grant can make: owner, epoch and RUNNING. */
+  #fencedUpdate(
+    claim: Claim,
+    update: string,
+    values: Record<string, AttributeValue>,
+    names: readonly string[],
+  ) {
+    return this.#client.send(
+      new UpdateItemCommand({
+        TableName: this.#table,
+        Key: this.#key(claim.slot),
+        UpdateExpression: update,
+        ConditionExpression: '#owner = :me AND #epoch = :epoch AND #state = :running',
+        ExpressionAttributeNames: pick(NAMES, [A.owner, A.epoch, A.state, ...names]),
+        ExpressionAttributeValues: {
+          ...values,
+          ':me': str(claim.owner),
+          ':epoch': num(claim.epoch),
+          ':running': str(SlotState.Running),
+        },
+        ...this.#returnOldOnConflict(),
+      }),
+    );
+  }
+
+  /** The item that made a condition fail: from the error when the server sent it, else one consistent read. */
+  async #current(slot: Slot, error: ConditionalCheckFailedException) {
+    const item = conflictItem(error);
+    return item ? toRecord(slot, item) : this.read(slot);
+  }
+
+  #returnOldOnConflict() {
+    return this.#returnOld ? { ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const } : {};
+  }
+
+  #key(slot: Slot): Record<string, AttributeValue> {
+    return {
+      [TableLayout.partitionKey]: str(slotPartitionKey(slot.jobId, slot.window)),
+      [TableLayout.sortKey]: str(TableLayout.slotSortKey),
+    };
+  }
+}
+
+function outcomeOfConflict(
+  slot: Slot,
+  current: SlotRecord,
+  owner: string,
+  now: number,
+): ClaimOutcome | 'claimable' {
+  switch (current.state) {
+    case SlotState.Done:
+      return { kind: 'done', completedAt: current.completedAt ?? 0, summary: current.summary };
+    case SlotState.Failed:
+      return { kind: 'failed', attempts: current.attempts, lastError: current.lastError ?? '' };
+    case SlotState.Running:
+      if (current.owner === owner) {
+        // Our own claim committed and its response was lost: it is ours, not a rival's.
+        return {
+          kind: 'claimed',
+          claim: { slot, owner, epoch: current.epoch, leaseEndsAt: current.leaseEndsAt, via: 'new' },
+        };
+      }
+      if (current.leaseEndsAt < now) return 'claimable';
+      return { kind: 'held', holder: current.owner, epoch: current.epoch, leaseEndsAt: current.leaseEndsAt };
+    case SlotState.Released:
+      return 'claimable';
+    default:
+      return assertNever(current.state);
+  }
+}
+
+function isOurs(record: SlotRecord, claim: Claim): boolean {
+  return record.owner === claim.owner && record.epoch === claim.epoch;
+}
+
+function fencedBy(current: SlotRecord | undefined) {
+  return current ? { holder: current.owner, epoch: current.epoch, state: current.state } : {};
+}
+
+function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord & { maxAttempts?: number } {
+  const summary = item[A.summary]?.S;
+  const lastError = item[A.lastError]?.S;
+  const completedAt = item[A.completedAt]?.N;
+  return {
+    slot,
+    state: (item[A.state]?.S ?? SlotState.Released) as SlotState,
+    owner: item[A.owner]?.S ?? '',
+    epoch: num$(item, A.epoch),
+    leaseEndsAt: num$(item, A.leaseUntil),
+    attempts: num$(item, A.attempts),
+    failures: num$(item, A.failures),
+    delivery: {
+      executionId: item[A.executionId]?.S ?? '',
+      attemptNumber: num$(item, A.attemptNumber),
+      invocationId: item[A.invocationId]?.S ?? '',
+    },
+    expiresAtSeconds: num$(item, A.expiresAt),
+    ...(summary ? { summary: JSON.parse(summary) as RunSummary } : {}),
+    ...(lastError ? { lastError } : {}),
+    ...(completedAt ? { completedAt: Number(completedAt) } : {}),
+    ...(item[A.maxAttempts]?.N ? { maxAttempts: Number(item[A.maxAttempts]?.N) } : {}),
+  };
+}
+
+function num$(item: Record<string, AttributeValue>, name: string): number {
+  const value = item[name]?.N;
+  return value === undefined ? 0 : Number(value);
+}
+
+function pick(names: Record<string, string>, wanted: readonly string[]): Record<string, string> {
+  return Object.fromEntries(wanted.map((name) => [`#${name}`, names[`#${name}`] ?? name]));
+}
+
+function storeError(operation: string, slot: Slot, cause: unknown): StoreError {
+  const detail = cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause);
+  return new StoreError(
+    operation,
+    `DynamoDB ${operation} of slot ${slot.jobId} ${slot.window} failed after the client's retries (${detail}); ` +
+      'the slot is unchanged or ours, and the next delivery of this window will find out which',
+    { cause },
+  );
+}
+
+function assertNever(value: never): never {
+  throw new StoreError('decode', `unexpected slot state ${String(value)}`);
+}

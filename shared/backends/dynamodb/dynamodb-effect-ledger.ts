@@ -1,0 +1,249 @@
+import {
+  type AttributeValue,
+  BatchWriteItemCommand,
+  ConditionalCheckFailedException,
+  DeleteItemCommand,
+  type DynamoDBClient,
+  GetItemCommand,
+  PutItemCommand,
+  QueryCommand,
+  type WriteRequest,
+} from '@aws-sdk/client-dynamodb';
+import { StoreError } from '../../errors.js';
+import type { Claim, EffectLedger, EffectRecord, ReserveOutcome } from '../../slot/ports.js';
+import { EffectState } from '../../slot/ports.js';
+import type { Slot } from '../../slot/slot.js';
+import { conflictItem, num, str } from './attribute-values.js';
+import { EFFECT_SHARDS, effectPartitionKey, effectShardPartitionKey, TableLayout } from './table-layout.js';
+
+export interface DynamoEffectLedgerOptions {
+  readonly client: DynamoDBClient;
+  readonly tableName: string;
+  /** Retention of effect records, as the TTL attribute's epoch seconds for a slot. */
+  readonly expiresAtSeconds: (slot: Slot) => number;
+  /** @default true (see DynamoClaimStoreOptions.returnOldOnConflict) */
+  readonly returnOldOnConflict?: boolean;
+}
+
+/** BatchWriteItem's limit. */
+const BATCH_LIMIT = 25;
+
+/**
+ * The effect half of the DynamoDB backend: one item per (job, window, effect key hash), spread over
+ * EFFECT_SHARDS partitions.
+ *
+ * Timeline of one effect:
+ *   reserve  PutItem if absent: RESERVED, epoch e, owner o   → ours to perform
+ *   perform  the caller sends the email
+ *   mark     BatchWriteItem: DONE, epoch e, owner o          → later runs skip it
+ * A crash between reserve and mark leaves RESERVED with epoch e. A later epoch finds it and reports
+ * it IN DOUBT (the email may or may not have gone) instead of sending again.
+ */
+export class DynamoEffectLedger implements EffectLedger {
+  readonly #client: DynamoDBClient;
+  readonly #table: string;
+  readonly #expiresAt: (slot: Slot) => number;
+  readonly #returnOld: boolean;
+
+  constructor(options: DynamoEffectLedgerOptions) {
+    this.#client = options.client;
+    this.#table = options.tableName;
+    this.#expiresAt = options.expiresAtSeconds;
+    this.#returnOld = options.returnOldOnConflict ?? true;
+  }
+
+  async reserve(claim: Claim, keyHash: string, options: { rerunInDoubt: boolean }): Promise<ReserveOutcome> {
+    try {
+      await this.#put(claim, keyHash, EffectState.Reserved, 'attribute_not_exists(#state)', {});
+      return { kind: 'reserved', rerun: false };
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw storeError('reserve', claim, error);
+      const item = conflictItem(error);
+      const current = item ? toRecord(keyHash, item) : await this.read(claim.slot, keyHash);
+      if (!current) return this.reserve(claim, keyHash, options); // unreserved in between: try again
+      if (current.state === EffectState.Done) return { kind: 'done' };
+      if (current.owner === claim.owner && current.epoch === claim.epoch) {
+        // Our own reservation committed and its response was lost; the SDK's retry met it.
+        return { kind: 'reserved', rerun: false };
+      }
+      if (current.epoch > claim.epoch) return { kind: 'fenced', epoch: current.epoch };
+      if (!options.rerunInDoubt) return { kind: 'in-doubt', epoch: current.epoch };
+      return this.#takeOver(claim, keyHash, current);
+    }
+  }
+
+  /**
+   * Marks are unconditional batch puts: only the holder that reserved a key marks it, and DONE is
+   * the truth whoever writes it once the effect has happened. 25 marks cost one request.
+   */
+  async markDone(claim: Claim, keyHashes: readonly string[]): Promise<void> {
+    for (let start = 0; start < keyHashes.length; start += BATCH_LIMIT) {
+      let requests: WriteRequest[] = keyHashes.slice(start, start + BATCH_LIMIT).map((keyHash) => ({
+        PutRequest: { Item: this.#item(claim, keyHash, EffectState.Done) },
+      }));
+      for (let round = 0; requests.length > 0; round++) {
+        if (round === 10) {
+          throw new StoreError(
+            'markDone',
+            `DynamoDB left ${requests.length} effect marks of ${describeSlot(claim)} unprocessed after 10 rounds; ` +
+              'those effects happened but will read as in doubt until an operator resolves them',
+          );
+        }
+        if (round > 0) await backoff(round);
+        try {
+          const result = await this.#client.send(
+            new BatchWriteItemCommand({ RequestItems: { [this.#table]: requests } }),
+          );
+          requests = result.UnprocessedItems?.[this.#table] ?? [];
+        } catch (error) {
+          throw storeError('markDone', claim, error);
+        }
+      }
+    }
+  }
+
+  async unreserve(claim: Claim, keyHash: string): Promise<void> {
+    try {
+      await this.#client.send(
+        new DeleteItemCommand({
+          TableName: this.#table,
+          Key: this.#key(claim.slot, keyHash),
+          ConditionExpression: '#owner = :me AND #epoch = :epoch AND #state = :reserved',
+          ExpressionAttributeNames: { '#owner': 'owner', '#epoch': 'epoch', '#state': 'state' },
+          ExpressionAttributeValues: {
+            ':me': str(claim.owner),
+            ':epoch': num(claim.epoch),
+            ':reserved': str(EffectState.Reserved),
+          },
+        }),
+      );
+    } catch (error) {
+      // Already gone (our own delete whose response was lost): nothing left to release.
+      if (error instanceof ConditionalCheckFailedException) return;
+      throw storeError('unreserve', claim, error);
+    }
+  }
+
+  async read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
+    const result = await this.#client.send(
+      new GetItemCommand({ TableName: this.#table, Key: this.#key(slot, keyHash), ConsistentRead: true }),
+    );
+    return result.Item ? toRecord(keyHash, result.Item) : undefined;
+  }
+
+  async *list(slot: Slot): AsyncIterable<EffectRecord> {
+    for (let shard = 0; shard < EFFECT_SHARDS; shard++) {
+      const pk = effectShardPartitionKey(slot.jobId, slot.window, shard);
+      let startKey: Record<string, AttributeValue> | undefined;
+      do {
+        const page = await this.#client.send(
+          new QueryCommand({
+            TableName: this.#table,
+            KeyConditionExpression: '#pk = :pk',
+            ExpressionAttributeNames: { '#pk': TableLayout.partitionKey },
+            ExpressionAttributeValues: { ':pk': str(pk) },
+            ConsistentRead: true,
+            ExclusiveStartKey: startKey,
+          }),
+        );
+        for (const item of page.Items ?? []) {
+          yield toRecord(item[TableLayout.sortKey]?.S ?? '', item);
+        }
+        startKey = page.LastEvaluatedKey;
+      } while (startKey);
+    }
+  }
+
+  /** The opt-in re-run of an in-doubt effect: replace that exact stale reservation, or lose the race. */
+  async #takeOver(claim: Claim, keyHash: string, stale: EffectRecord): Promise<ReserveOutcome> {
+    try {
+      await this.#put(
+        claim,
+        keyHash,
+        EffectState.Reserved,
+        '#state = :reserved AND #epoch = :staleEpoch AND #owner = :staleOwner',
+        {
+          ':reserved': str(EffectState.Reserved),
+          ':staleEpoch': num(stale.epoch),
+          ':staleOwner': str(stale.owner),
+        },
+      );
+      return { kind: 'reserved', rerun: true };
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw storeError('reserve', claim, error);
+      const current = await this.read(claim.slot, keyHash);
+      if (current?.state === EffectState.Done) return { kind: 'done' };
+      if (current && current.owner === claim.owner && current.epoch === claim.epoch) {
+        return { kind: 'reserved', rerun: true };
+      }
+      return { kind: 'in-doubt', epoch: current?.epoch ?? stale.epoch };
+    }
+  }
+
+  #put(
+    claim: Claim,
+    keyHash: string,
+    state: EffectState,
+    condition: string,
+    values: Record<string, AttributeValue>,
+  ) {
+    const names: Record<string, string> = { '#state': 'state' };
+    if (condition.includes('#epoch')) names['#epoch'] = 'epoch';
+    if (condition.includes('#owner')) names['#owner'] = 'owner';
+    return this.#client.send(
+      new PutItemCommand({
+        TableName: this.#table,
+        Item: this.#item(claim, keyHash, state),
+        ConditionExpression: condition,
+        ExpressionAttributeNames: names,
+        ...(Object.keys(values).length > 0 ? { ExpressionAttributeValues: values } : {}),
+        ...(this.#returnOld ? { ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const } : {}),
+      }),
+    );
+  }
+
+  #item(claim: Claim, keyHash: string, state: EffectState): Record<string, AttributeValue> {
+    return {
+      ...this.#key(claim.slot, keyHash),
+      state: str(state),
+      epoch: num(claim.epoch),
+      owner: str(claim.owner),
+      [TableLayout.ttlAttribute]: num(this.#expiresAt(claim.slot)),
+    };
+  }
+
+  #key(slot: Slot, keyHash: string): Record<string, AttributeValue> {
+    return {
+      [TableLayout.partitionKey]: str(effectPartitionKey(slot.jobId, slot.window, keyHash)),
+      [TableLayout.sortKey]: str(keyHash),
+    };
+  }
+}
+
+function toRecord(keyHash: string, item: Record<string, AttributeValue>): EffectRecord {
+  return {
+    keyHash,
+    state: (item.state?.S ?? EffectState.Reserved) as EffectState,
+    epoch: Number(item.epoch?.N ?? 0),
+    owner: item.owner?.S ?? '',
+  };
+}
+
+/** Jittered exponential backoff for unprocessed batch items, so replicas do not retry in lockstep. */
+function backoff(round: number): Promise<void> {
+  const ceiling = Math.min(1000, 25 * 2 ** round);
+  return new Promise((resolve) => setTimeout(resolve, Math.random() * ceiling));
+}
+
+function describeSlot(claim: Claim): string {
+  return `slot ${claim.slot.jobId} ${claim.slot.window} (epoch ${claim.epoch})`;
+}
+
+function storeError(operation: string, claim: Claim, cause: unknown): StoreError {
+  const detail = cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause);
+  return new StoreError(
+    operation,
+    `DynamoDB ${operation} of an effect of ${describeSlot(claim)} failed after the client's retries (${detail})`,
+    { cause },
+  );
+}

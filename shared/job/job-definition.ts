@@ -1,0 +1,48 @@
+import type { EffectResult } from '../effects/effect-runner.js';
+import type { Delivery } from '../slot/ports.js';
+import type { Slot } from '../slot/slot.js';
+import type { Log } from '../telemetry/log.js';
+
+/** The context a job's `run` receives for one claimed (job, window) slot. */
+export interface JobContext {
+  readonly slot: Slot;
+  /** The scheduled time of the window, as a Date (the same instant as `slot.window`). */
+  readonly scheduledTime: Date;
+  /** This run's fencing epoch. */
+  readonly epoch: number;
+  readonly delivery: Delivery;
+  /** Aborted the moment the lease is lost; pass it to every call that can be cancelled. */
+  readonly signal: AbortSignal;
+  /** Free-form input from the schedule's target input (`payload`), validated for size. */
+  readonly payload: unknown;
+  readonly log: Log;
+  /**
+   * Performs `effect` at most once for `effectKey` in this window, across every replica, retry and
+   * takeover. The key is HMAC-hashed before it is stored or logged.
+   * @example await ctx.once(`invoice-email:${invoice.id}`, () => sender.send(message))
+   */
+  once(effectKey: string, effect: (signal: AbortSignal) => Promise<void>): Promise<EffectResult>;
+  /**
+   * Performs `effect` once per item of `items`, at most `concurrency` at a time, pulling items only
+   * as workers free up so the whole list is never in memory. Stops taking items when the lease is
+   * lost or the Lambda's remaining time falls under the margin; the next run of the same window
+   * resumes, skipping what is done.
+   * @example await ctx.onceEach(customers, { key: (c) => c.email, concurrency: 16 }, (c, signal) => send(c, signal))
+   */
+  onceEach<T>(
+    items: AsyncIterable<T> | Iterable<T>,
+    options: { readonly key: (item: T) => string; readonly concurrency?: number },
+    effect: (item: T, signal: AbortSignal) => Promise<void>,
+  ): Promise<void>;
+}
+
+/** A job: its id and what one window of it does. */
+export interface JobDefinition {
+  readonly id: string;
+  run(ctx: JobContext): Promise<void>;
+}
+
+/** Declares a job. @example export const job = defineJob({ id: 'weekly-report', run: async (ctx) => { … } }) */
+export function defineJob(job: JobDefinition): JobDefinition {
+  return job;
+}

@@ -1,0 +1,121 @@
+import type { Clock } from '../clock.js';
+import { SlotguardError } from '../errors.js';
+import type { Claim, ClaimStore } from '../slot/ports.js';
+
+/** Why a holder stopped trusting its lease. */
+export class LeaseLostError extends SlotguardError {
+  readonly claim: Claim;
+  constructor(claim: Claim, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.claim = claim;
+  }
+}
+
+export interface LeaseKeeperOptions {
+  readonly store: ClaimStore;
+  readonly clock: Clock;
+  readonly claim: Claim;
+  /** When the claim request was sent: the lease is counted from then, not from the reply. */
+  readonly claimSentAt: number;
+  readonly leaseMs: number;
+  /** Renew this often (by default a third of the lease, so two renewals can fail before it ends). */
+  readonly renewEveryMs: number;
+  /** Stop reserving this long before the lease ends by the local clock. */
+  readonly safetyMarginMs: number;
+  readonly onLost?: (reason: LeaseLostError) => void;
+}
+
+/**
+ * Keeps a claim's lease alive in the background and tells the job's work, through an AbortSignal,
+ * the moment it can no longer trust it: a renewal found the slot taken over, or the lease ran out
+ * by the local clock before a renewal succeeded. It never assumes the lease holds past the end it
+ * last wrote; every renewal is a write conditioned on owner and epoch.
+ */
+export class LeaseKeeper {
+  readonly #options: LeaseKeeperOptions;
+  readonly #controller = new AbortController();
+  #leaseEndsAt: number;
+  #cancelRenew: () => void = () => {};
+  #cancelExpiry: () => void = () => {};
+  #stopped = false;
+
+  constructor(options: LeaseKeeperOptions) {
+    this.#options = options;
+    this.#leaseEndsAt = options.claimSentAt + options.leaseMs;
+    this.#scheduleRenew();
+    this.#scheduleExpiry();
+  }
+
+  /** Aborted when the lease is lost; the job passes it to every effect. */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** The lease end by the local clock, counted from when the last successful write was sent. */
+  get leaseEndsAt(): number {
+    return this.#leaseEndsAt;
+  }
+
+  /** True while a new effect may be reserved: not lost, and the lease has more than the margin left. */
+  canReserve(): boolean {
+    if (this.#controller.signal.aborted) return false;
+    if (this.#options.clock.now() < this.#leaseEndsAt - this.#options.safetyMarginMs) return true;
+    this.#lose(`lease ended at ${iso(this.#leaseEndsAt)} by the local clock before a renewal succeeded`);
+    return false;
+  }
+
+  /** Marks the lease lost from outside (a reservation found a later epoch). */
+  fence(message: string): void {
+    this.#lose(message);
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#cancelRenew();
+    this.#cancelExpiry();
+  }
+
+  #scheduleRenew(): void {
+    this.#cancelRenew = this.#options.clock.schedule(this.#options.renewEveryMs, () => void this.#renew());
+  }
+
+  #scheduleExpiry(): void {
+    this.#cancelExpiry();
+    const { clock, safetyMarginMs } = this.#options;
+    const wait = Math.max(0, this.#leaseEndsAt - safetyMarginMs - clock.now());
+    this.#cancelExpiry = clock.schedule(wait, () => void this.canReserve());
+  }
+
+  async #renew(): Promise<void> {
+    if (this.#stopped || this.#controller.signal.aborted) return;
+    const { store, clock, claim, leaseMs } = this.#options;
+    const sentAt = clock.now();
+    try {
+      const outcome = await store.renew(claim, leaseMs, sentAt);
+      if (this.#stopped) return;
+      if (outcome.kind === 'lost') {
+        const by = outcome.holder ? ` by ${outcome.holder} (epoch ${outcome.epoch}, ${outcome.state})` : '';
+        this.#lose(
+          `slot ${claim.slot.jobId} ${claim.slot.window} was taken over${by}; epoch ${claim.epoch} is fenced`,
+        );
+        return;
+      }
+      this.#leaseEndsAt = sentAt + leaseMs;
+      this.#scheduleExpiry();
+    } catch {
+      // A failed renewal (throttled, unreachable) is not a lost lease: try again at the next tick. If
+      // none succeeds before the lease ends, the expiry timer stops the work.
+    }
+    if (!this.#stopped && !this.#controller.signal.aborted) this.#scheduleRenew();
+  }
+
+  #lose(message: string): void {
+    if (this.#controller.signal.aborted) return;
+    const error = new LeaseLostError(this.#options.claim, message);
+    this.#controller.abort(error);
+    this.stop();
+    this.#options.onLost?.(error);
+  }
+}
+
+const iso = (millis: number) => new Date(millis).toISOString();

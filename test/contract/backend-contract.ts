@@ -1,0 +1,299 @@
+import { describe, expect, it } from 'vitest';
+import type { Claim, ClaimStore, EffectLedger, LeaseRequest } from '../../shared/slot/ports.js';
+import type { Slot } from '../../shared/slot/slot.js';
+
+/** What a backend under contract provides: its two ports, fresh for each test. */
+export interface ContractBackend {
+  readonly claims: ClaimStore;
+  readonly ledger: EffectLedger;
+}
+
+const T0 = Date.parse('2026-11-30T06:00:05Z');
+const LEASE = 60_000;
+let slots = 0;
+
+function freshSlot(): Slot {
+  // Distinct windows keep tests independent even on a shared table or schema.
+  return {
+    jobId: 'contract-job',
+    window: new Date(Date.parse('2026-11-30T06:00:00Z') + ++slots * 60_000)
+      .toISOString()
+      .slice(0, 19)
+      .concat('Z'),
+  };
+}
+
+function lease(owner: string, overrides: Partial<LeaseRequest> = {}): LeaseRequest {
+  return {
+    owner,
+    leaseMs: LEASE,
+    maxAttempts: 3,
+    expiresAtSeconds: Math.ceil(T0 / 1000) + 35 * 86_400,
+    delivery: { executionId: `exec-${owner}`, attemptNumber: 1, invocationId: `req-${owner}` },
+    ...overrides,
+  };
+}
+
+async function claimOrFail(store: ClaimStore, slot: Slot, owner: string, now: number): Promise<Claim> {
+  const outcome = await store.claim(slot, lease(owner), now);
+  if (outcome.kind !== 'claimed')
+    throw new Error(`expected ${owner} to claim ${slot.window}, got ${outcome.kind}`);
+  return outcome.claim;
+}
+
+const summary = (epoch: number) => ({ done: 3, skipped: 0, inDoubt: 0, failed: 0, inDoubtKeys: [], epoch });
+
+/**
+ * One claim-and-ledger contract, run unchanged against every backend (DynamoDB, Postgres, the
+ * simulation's in-memory store), so they cannot drift apart in what they guarantee.
+ */
+export function describeBackendContract(name: string, makeBackend: () => Promise<ContractBackend>): void {
+  describe(`${name}: slot claims`, () => {
+    it('grants a new slot at epoch 1 and records the delivery', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const outcome = await claims.claim(slot, lease('a'), T0);
+      expect(outcome).toMatchObject({
+        kind: 'claimed',
+        claim: { epoch: 1, owner: 'a', via: 'new', leaseEndsAt: T0 + LEASE },
+      });
+      const record = await claims.read(slot);
+      expect(record).toMatchObject({
+        state: 'RUNNING',
+        owner: 'a',
+        epoch: 1,
+        attempts: 1,
+        delivery: { executionId: 'exec-a', attemptNumber: 1 },
+      });
+    });
+
+    it('tells a second claimer who holds a live lease, and until when', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      await claimOrFail(claims, slot, 'a', T0);
+      const outcome = await claims.claim(slot, lease('b'), T0 + 1_000);
+      expect(outcome).toEqual({ kind: 'held', holder: 'a', epoch: 1, leaseEndsAt: T0 + LEASE });
+    });
+
+    it('lets exactly one of 50 concurrent claimers win a new slot', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const outcomes = await Promise.all(
+        Array.from({ length: 50 }, (_, i) => claims.claim(slot, lease(`r${i}`), T0)),
+      );
+      expect(outcomes.filter((o) => o.kind === 'claimed')).toHaveLength(1);
+      expect(outcomes.filter((o) => o.kind === 'held')).toHaveLength(49);
+    });
+
+    it('takes over an expired lease with the next epoch and names the previous holder', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      await claimOrFail(claims, slot, 'a', T0);
+      const outcome = await claims.claim(slot, lease('b'), T0 + LEASE + 1);
+      expect(outcome).toMatchObject({
+        kind: 'claimed',
+        claim: { epoch: 2, owner: 'b', via: 'takeover' },
+        previousHolder: 'a',
+      });
+    });
+
+    it('never grants an epoch twice: five takeovers give epochs 1 to 6', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const epochs: number[] = [];
+      for (let i = 0; i <= 5; i++) {
+        epochs.push((await claimOrFail(claims, slot, `h${i}`, T0 + i * (LEASE + 1))).epoch);
+      }
+      expect(epochs).toEqual([1, 2, 3, 4, 5, 6]);
+    });
+
+    it('recognises its own claim when the write committed but the reply was lost', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      await claimOrFail(claims, slot, 'a', T0);
+      // The SDK's retry of the same request: same owner token, condition now fails on our own write.
+      const retry = await claims.claim(slot, lease('a'), T0);
+      expect(retry).toMatchObject({ kind: 'claimed', claim: { epoch: 1, owner: 'a' } });
+    });
+
+    it('renews for the holder and reports a takeover to the fenced holder', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      expect(await claims.renew(a, LEASE, T0 + 20_000)).toEqual({
+        kind: 'renewed',
+        leaseEndsAt: T0 + 20_000 + LEASE,
+      });
+      // Renewed: no takeover at the old lease end.
+      expect(await claims.claim(slot, lease('b'), T0 + LEASE + 1)).toMatchObject({
+        kind: 'held',
+        holder: 'a',
+      });
+      const b = await claimOrFail(claims, slot, 'b', T0 + 20_000 + LEASE + 1);
+      expect(b.epoch).toBe(2);
+      expect(await claims.renew(a, LEASE, T0 + 100_000)).toMatchObject({
+        kind: 'lost',
+        holder: 'b',
+        epoch: 2,
+        state: 'RUNNING',
+      });
+    });
+
+    it('completes with a summary; later fires find it done', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      expect(await claims.complete(a, summary(1), T0 + 5_000)).toEqual({ kind: 'ok' });
+      const later = await claims.claim(slot, lease('b'), T0 + 10 * LEASE);
+      expect(later).toEqual({ kind: 'done', completedAt: T0 + 5_000, summary: summary(1) });
+      // A retried completion (lost reply) is still ok, not fenced.
+      expect(await claims.complete(a, summary(1), T0 + 5_000)).toEqual({ kind: 'ok' });
+    });
+
+    it("rejects a stale holder's completion and release after a takeover", async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      expect(await claims.complete(a, summary(1), T0 + LEASE + 2)).toMatchObject({
+        kind: 'fenced',
+        holder: 'b',
+        epoch: 2,
+      });
+      expect(await claims.release(a, { kind: 'yield' }, T0 + LEASE + 3)).toMatchObject({
+        kind: 'fenced',
+        epoch: 2,
+      });
+      expect(await claims.read(slot)).toMatchObject({ state: 'RUNNING', owner: 'b', epoch: 2 });
+    });
+
+    it('hands a yielded slot to the next claimer at once, with the next epoch', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      expect(await claims.release(a, { kind: 'yield' }, T0 + 1_000)).toEqual({ kind: 'ok' });
+      const b = await claims.claim(slot, lease('b'), T0 + 1_001);
+      expect(b).toMatchObject({ kind: 'claimed', claim: { epoch: 2, via: 'retry' } });
+      expect(await claims.read(slot)).toMatchObject({ failures: 0, attempts: 2 });
+    });
+
+    it('marks the slot FAILED after maxAttempts failed runs, and later fires stand down', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      for (let attempt = 1; attempt <= 3; attempt++) {
+        const c = await claimOrFail(claims, slot, `a${attempt}`, T0 + attempt);
+        expect(await claims.release(c, { kind: 'error', message: `boom ${attempt}` }, T0 + attempt)).toEqual({
+          kind: 'ok',
+        });
+      }
+      expect(await claims.claim(slot, lease('late'), T0 + 10)).toEqual({
+        kind: 'failed',
+        attempts: 3,
+        lastError: 'boom 3',
+      });
+      expect(await claims.read(slot)).toMatchObject({ state: 'FAILED', failures: 3 });
+    });
+  });
+
+  describe(`${name}: effect ledger`, () => {
+    it('reserves a key once; a second claim of the same epoch and owner sees its own reservation', async () => {
+      const { claims, ledger } = await makeBackend();
+      const a = await claimOrFail(claims, freshSlot(), 'a', T0);
+      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false })).toEqual({
+        kind: 'reserved',
+        rerun: false,
+      });
+      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false })).toEqual({
+        kind: 'reserved',
+        rerun: false,
+      });
+      expect(await ledger.read(a.slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 1, owner: 'a' });
+    });
+
+    it('lets exactly one of 40 concurrent reservations of one key through', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      const outcomes = await Promise.all(
+        Array.from({ length: 40 }, (_, i) =>
+          ledger.reserve(i % 2 ? a : b, 'contended', { rerunInDoubt: false }),
+        ),
+      );
+      const record = await ledger.read(slot, 'contended');
+      const winner = record?.owner === 'a' ? 1 : 0;
+      // Every reservation by the winning claim is its own (lost-reply recognition); every one by the
+      // other claim loses: in doubt when the earlier epoch won, fenced when the later one did.
+      expect(record?.state).toBe('RESERVED');
+      expect(outcomes.filter((o, i) => i % 2 === winner && o.kind === 'reserved')).toHaveLength(20);
+      expect(
+        outcomes.filter((o, i) => i % 2 !== winner && o.kind === (winner ? 'in-doubt' : 'fenced')),
+      ).toHaveLength(20);
+    });
+
+    it('skips a key marked done, in every later epoch', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false });
+      await ledger.markDone(a, ['k1']);
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false })).toEqual({ kind: 'done' });
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: true })).toEqual({ kind: 'done' });
+    });
+
+    it('reports a reservation an earlier epoch never marked done as in doubt, and re-runs it only by policy', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false });
+      await ledger.reserve(a, 'k2', { rerunInDoubt: false });
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false })).toEqual({ kind: 'in-doubt', epoch: 1 });
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 1 });
+      expect(await ledger.reserve(b, 'k2', { rerunInDoubt: true })).toEqual({
+        kind: 'reserved',
+        rerun: true,
+      });
+      expect(await ledger.read(slot, 'k2')).toMatchObject({ state: 'RESERVED', epoch: 2, owner: 'b' });
+    });
+
+    it('tells an earlier epoch it is fenced when a later epoch holds the key', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      await ledger.reserve(b, 'k1', { rerunInDoubt: false });
+      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false })).toEqual({ kind: 'fenced', epoch: 2 });
+    });
+
+    it('releases a reservation whose effect did not happen, so a later run can perform it', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false });
+      await ledger.unreserve(a, 'k1');
+      expect(await ledger.read(slot, 'k1')).toBeUndefined();
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false })).toEqual({
+        kind: 'reserved',
+        rerun: false,
+      });
+    });
+
+    it('marks in batches larger than one request and lists every record of the window', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      const keys = Array.from({ length: 60 }, (_, i) => `${(i % 16).toString(16)}key${i}`);
+      for (const key of keys) await ledger.reserve(a, key, { rerunInDoubt: false });
+      await ledger.markDone(a, keys.slice(0, 53));
+      const listed = [];
+      for await (const record of ledger.list(slot)) listed.push(record);
+      expect(listed).toHaveLength(60);
+      expect(listed.filter((r) => r.state === 'DONE')).toHaveLength(53);
+      expect(listed.filter((r) => r.state === 'RESERVED')).toHaveLength(7);
+      expect(new Set(listed.map((r) => r.keyHash))).toEqual(new Set(keys));
+    });
+  });
+}

@@ -1,0 +1,50 @@
+import type { AddressInfo } from 'node:net';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import dynalite from 'dynalite';
+import { createDynamoClient, ensureClaimsTable } from '../../shared/backends/dynamodb/dynamodb-backend.js';
+
+export interface DynamoEndpoint {
+  readonly endpoint: string;
+  /** A client with slotguard's settings against this endpoint. */
+  client(options?: { maxAttempts?: number }): DynamoDBClient;
+  /** A fresh table for one test, so tests never share state. */
+  freshTable(prefix?: string): Promise<string>;
+  close(): Promise<void>;
+}
+
+let tables = 0;
+
+/**
+ * A real DynamoDB API on loopback: dynalite in memory, bound to 127.0.0.1, started by the test
+ * itself. DYNAMODB_ENDPOINT points the same tests at any other DynamoDB endpoint instead.
+ */
+export async function startDynamo(): Promise<DynamoEndpoint> {
+  const external = process.env.DYNAMODB_ENDPOINT;
+  let close = async () => {};
+  let endpoint = external ?? '';
+  if (!external) {
+    const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    close = () => new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+  const clients: DynamoDBClient[] = [];
+  const client = (options: { maxAttempts?: number } = {}) => {
+    const c = createDynamoClient({ endpoint, region: 'us-east-1', ...options });
+    clients.push(c);
+    return c;
+  };
+  return {
+    endpoint,
+    client,
+    async freshTable(prefix = 'claims') {
+      const name = `${prefix}-${process.pid}-${++tables}`;
+      await ensureClaimsTable(client(), name);
+      return name;
+    },
+    async close() {
+      for (const c of clients) c.destroy();
+      await close();
+    },
+  };
+}
