@@ -76,12 +76,12 @@ export type RunResult =
   | { readonly status: 'completed'; readonly epoch: number; readonly summary: RunSummary }
   /** Another holder has the slot, or it is done or failed: this fire stood down. */
   | { readonly status: 'duplicate'; readonly outcome: Exclude<ClaimOutcome, { kind: 'claimed' }> }
-  /** Stopped with work left (time or lease margin) and released the slot; a later run resumes. */
+  /** Stopped with work left (Lambda time running out, or the store failing) and released the slot; a later run resumes. */
   | {
       readonly status: 'yielded';
       readonly epoch: number;
       readonly summary: RunSummary;
-      readonly notAttempted: number;
+      readonly reason: 'time' | 'store-error';
     }
   /** The lease was lost or the completion was fenced: another holder owns the window now. */
   | { readonly status: 'fenced'; readonly epoch: number; readonly summary: RunSummary }
@@ -238,7 +238,7 @@ async function finish(
       reason: effects.stopReason,
       notAttempted: effects.notAttempted,
     });
-    return { status: 'yielded', epoch: claim.epoch, summary, notAttempted: effects.notAttempted };
+    return { status: 'yielded', epoch: claim.epoch, summary, reason: effects.stopReason };
   }
   const completed = await backend.claims.complete(claim, summary, clock.now());
   if (completed.kind === 'fenced') {

@@ -1,0 +1,287 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { weeklyReportJob } from '../../functions/weekly-report/job.js';
+import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
+import type { EmailMessage } from '../../shared/effects/email-sender.js';
+import { CountingSender } from '../helpers/counting-sender.js';
+import { type DynamoEndpoint, startDynamo } from '../helpers/dynalite.js';
+import { EmfRecorder, schedulerEvent, testBackend, testHandler } from '../helpers/harness.js';
+import { ManualClock } from '../helpers/manual-clock.js';
+
+const WINDOW = '2026-11-30T06:00:00Z';
+const LEASE = 60_000;
+
+let dynamo: DynamoEndpoint;
+beforeAll(async () => {
+  dynamo = await startDynamo();
+});
+afterAll(() => dynamo.close());
+
+/** A promise with its resolver, for pausing a replica at an exact point. */
+function deferred() {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+describe('duplicate and repeated deliveries of one window', () => {
+  it('runs once for 50 concurrent deliveries of one event and 10 more after it completes', async () => {
+    const table = await dynamo.freshTable();
+    const sender = new CountingSender();
+    const emf = new EmfRecorder();
+    const clock = new ManualClock(Date.parse(WINDOW) + 500);
+    const { handler } = testHandler(
+      weeklyReportJob({ customers: () => syntheticCustomers(200), sender }),
+      testBackend(dynamo.client(), table),
+      { clock, emf },
+    );
+    // Lambda's async duplicates repeat the very same event, execution id included.
+    const event = schedulerEvent('weekly-report', WINDOW);
+    const first = await Promise.all(Array.from({ length: 50 }, () => handler(event)));
+    const later = await Promise.all(Array.from({ length: 10 }, () => handler(event)));
+
+    expect(first.filter((r) => r.status === 'completed')).toHaveLength(1);
+    expect(first.filter((r) => r.status === 'duplicate')).toHaveLength(49);
+    expect(later.map((r) => (r.status === 'duplicate' ? r.outcome.kind : r.status))).toEqual(
+      Array(10).fill('done'),
+    );
+    expect(sender.total).toBe(200);
+    expect(sender.duplicates()).toBe(0);
+    expect(emf.sum('ClaimAcquired')).toBe(1);
+    expect(emf.sum('DuplicateClaim')).toBe(59);
+  });
+
+  it('treats a scheduler retry (same scheduled time, new execution id, attempt 2) as the same slot', async () => {
+    const table = await dynamo.freshTable();
+    const sender = new CountingSender();
+    const clock = new ManualClock(Date.parse(WINDOW) + 500);
+    const backend = testBackend(dynamo.client(), table);
+    const { handler } = testHandler(
+      weeklyReportJob({ customers: () => syntheticCustomers(30), sender }),
+      backend,
+      {
+        clock,
+      },
+    );
+    const first = await handler(schedulerEvent('weekly-report', WINDOW, 1, 'exec-1'));
+    await clock.advance(3 * 60_000);
+    const retry = await handler(schedulerEvent('weekly-report', WINDOW, 2, 'exec-2'));
+
+    expect(first).toMatchObject({ status: 'completed', epoch: 1, summary: { done: 30 } });
+    expect(retry).toMatchObject({
+      status: 'duplicate',
+      outcome: { kind: 'done', summary: { done: 30, epoch: 1 } },
+    });
+    expect(sender.total).toBe(30);
+    const record = await backend.claims.read({ jobId: 'weekly-report', window: WINDOW });
+    expect(record).toMatchObject({
+      state: 'DONE',
+      epoch: 1,
+      attempts: 1,
+      delivery: { executionId: 'exec-1' },
+    });
+  });
+
+  it('runs the next window as its own slot', async () => {
+    const table = await dynamo.freshTable();
+    const sender = new CountingSender();
+    const clock = new ManualClock(Date.parse(WINDOW) + 7 * 86_400_000 + 500);
+    const { handler } = testHandler(
+      weeklyReportJob({ customers: () => syntheticCustomers(20), sender }),
+      testBackend(dynamo.client(), table),
+      { clock },
+    );
+    const week1 = await handler(schedulerEvent('weekly-report', WINDOW));
+    const week2 = await handler(schedulerEvent('weekly-report', '2026-12-07T06:00:00Z'));
+    expect([week1.status, week2.status]).toEqual(['completed', 'completed']);
+    expect(sender.total).toBe(40);
+    expect(Math.max(...sender.perRecipient.values())).toBe(2);
+  });
+});
+
+describe('a holder that outlives its lease', () => {
+  /**
+   * Replica A sends 10 emails, then freezes inside its 11th send (a GC pause, a frozen VM). Its lease
+   * runs out; B takes over and finishes the window. Then A thaws.
+   */
+  async function pausedHolderScenario(options: { thawClockAdvances: boolean }) {
+    const table = await dynamo.freshTable();
+    const total = 120;
+    const start = Date.parse(WINDOW) + 1_000;
+    const clockA = new ManualClock(start);
+    const clockB = new ManualClock(start);
+    const paused = deferred();
+    const thaw = deferred();
+    const senderA = new CountingSender(async () => {
+      if (senderA.total === 10) {
+        paused.resolve();
+        await thaw.promise;
+      }
+    });
+    const senderB = new CountingSender();
+    const emf = new EmfRecorder();
+    const backend = testBackend(dynamo.client(), table);
+    const replica = (sender: CountingSender, clock: ManualClock) =>
+      testHandler(
+        weeklyReportJob({ customers: () => syntheticCustomers(total), sender, concurrency: 1 }),
+        backend,
+        {
+          clock,
+          emf,
+          run: { leaseMs: LEASE },
+        },
+      );
+
+    const runA = replica(senderA, clockA).handler(schedulerEvent('weekly-report', WINDOW));
+    await paused.promise;
+    await clockB.advance(LEASE + 1_000);
+    const resultB = await replica(senderB, clockB).handler(schedulerEvent('weekly-report', WINDOW, 2));
+    if (options.thawClockAdvances) await clockA.advance(LEASE + 1_000);
+    thaw.resolve();
+    const resultA = await runA;
+
+    const epochOne = [];
+    for await (const record of backend.ledger.list({ jobId: 'weekly-report', window: WINDOW })) {
+      if (record.epoch === 1) epochOne.push(record);
+    }
+    const everyone = new Map(senderA.perRecipient);
+    for (const [to, n] of senderB.perRecipient) everyone.set(to, (everyone.get(to) ?? 0) + n);
+    return { total, resultA, resultB, senderA, senderB, emf, epochOne, everyone, backend };
+  }
+
+  it("rejects the thawed holder's completion and further reservations when its clock hides the pause", async () => {
+    const s = await pausedHolderScenario({ thawClockAdvances: false });
+    // B found A's 11 reservations (10 sent and unmarked, 1 frozen mid-send) and did not resend them.
+    expect(s.resultB).toMatchObject({
+      status: 'completed',
+      epoch: 2,
+      summary: { done: s.total - 11, inDoubt: 11 },
+    });
+    // A believed its lease still held, tried the rest, found every one done by B, and was fenced.
+    expect(s.resultA).toMatchObject({
+      status: 'fenced',
+      epoch: 1,
+      summary: { done: 11, skipped: s.total - 11 },
+    });
+    expect(s.epochOne).toHaveLength(11);
+    expect(s.senderA.total + s.senderB.total).toBe(s.total);
+    expect(Math.max(...s.everyone.values())).toBe(1);
+    expect(s.everyone.size).toBe(s.total);
+    expect(await s.backend.claims.read({ jobId: 'weekly-report', window: WINDOW })).toMatchObject({
+      state: 'DONE',
+      epoch: 2,
+    });
+    expect(s.emf.sum('LeaseTakeover')).toBe(1);
+  });
+
+  it('stops the thawed holder at once when its clock shows the lease ended', async () => {
+    const s = await pausedHolderScenario({ thawClockAdvances: true });
+    expect(s.resultB).toMatchObject({ status: 'completed', summary: { done: s.total - 11, inDoubt: 11 } });
+    expect(s.resultA).toMatchObject({ status: 'fenced', summary: { done: 11, skipped: 0 } });
+    expect(s.epochOne).toHaveLength(11);
+    expect(s.senderA.total).toBe(11);
+    expect(Math.max(...s.everyone.values())).toBe(1);
+    expect(s.emf.sum('LeaseLost')).toBe(1);
+  });
+});
+
+describe('a fan-out larger than one Lambda run', () => {
+  it('stops cleanly when the remaining time falls under the margin and the next run resumes where it stopped', async () => {
+    const table = await dynamo.freshTable();
+    const total = 300;
+    const sender = new CountingSender();
+    const clock = new ManualClock(Date.parse(WINDOW) + 500);
+    const backend = testBackend(dynamo.client(), table);
+    const { handler, emf } = testHandler(
+      weeklyReportJob({ customers: () => syntheticCustomers(total), sender }),
+      backend,
+      { clock, run: { stopMarginMs: 30_000 } },
+    );
+    // Each send "takes" a second of the first invocation's 2 minutes: it must stop after about 90.
+    const first = await handler(schedulerEvent('weekly-report', WINDOW), {
+      awsRequestId: 'req-1',
+      getRemainingTimeInMillis: () => 120_000 - sender.total * 1_000,
+    });
+    const sentFirst = sender.total;
+    const second = await handler(schedulerEvent('weekly-report', WINDOW), {
+      awsRequestId: 'req-2',
+      getRemainingTimeInMillis: () => 900_000,
+    });
+
+    expect(first).toMatchObject({ status: 'yielded', epoch: 1, reason: 'time', summary: { inDoubt: 0 } });
+    expect(sentFirst).toBeGreaterThanOrEqual(90);
+    expect(sentFirst).toBeLessThan(90 + 16);
+    expect(second).toMatchObject({
+      status: 'completed',
+      epoch: 2,
+      summary: { done: total - sentFirst, skipped: sentFirst, inDoubt: 0 },
+    });
+    expect(sender.total).toBe(total);
+    expect(sender.duplicates()).toBe(0);
+    expect(emf.sum('RunYielded')).toBe(1);
+  });
+});
+
+describe('effects that fail', () => {
+  it('releases an effect the sender says did not happen, and reports one that may have happened as in doubt', async () => {
+    const table = await dynamo.freshTable();
+    const { EffectNotPerformedError } = await import('../../shared/errors.js');
+    let failing = true;
+    const refused = new Set(['customer-c000003@example.com']);
+    const timedOut = new Set(['customer-c000007@example.com']);
+    const sender = new CountingSender(async (m: EmailMessage) => {
+      if (failing && refused.has(m.to))
+        throw new EffectNotPerformedError('throttled by the provider before sending');
+      if (failing && timedOut.has(m.to)) throw new Error('socket timeout after DATA');
+    });
+    const clock = new ManualClock(Date.parse(WINDOW) + 500);
+    const backend = testBackend(dynamo.client(), table);
+    const { handler } = testHandler(
+      weeklyReportJob({ customers: () => syntheticCustomers(10), sender }),
+      backend,
+      {
+        clock,
+      },
+    );
+    const first = await handler(schedulerEvent('weekly-report', WINDOW));
+    expect(first).toMatchObject({ status: 'completed', summary: { done: 8, failed: 1, inDoubt: 1 } });
+    expect(sender.total).toBe(8);
+    failing = false;
+    // The refused one was released (no record: performable later); the timed-out one stays reserved.
+    const ledgerKeys: string[] = [];
+    for await (const r of backend.ledger.list({ jobId: 'weekly-report', window: WINDOW }))
+      ledgerKeys.push(r.state);
+    expect(ledgerKeys.filter((s) => s === 'DONE')).toHaveLength(8);
+    expect(ledgerKeys.filter((s) => s === 'RESERVED')).toHaveLength(1);
+    expect(ledgerKeys).toHaveLength(9);
+  });
+
+  it('releases the slot when the job throws, and marks it FAILED after maxAttempts', async () => {
+    const table = await dynamo.freshTable();
+    const clock = new ManualClock(Date.parse(WINDOW) + 500);
+    const backend = testBackend(dynamo.client(), table);
+    let runs = 0;
+    const { handler } = testHandler(
+      {
+        id: 'weekly-report',
+        async run() {
+          runs++;
+          throw new Error('recipient query failed');
+        },
+      },
+      backend,
+      { clock, run: { maxAttempts: 2 } },
+    );
+    await expect(handler(schedulerEvent('weekly-report', WINDOW))).rejects.toThrow(/released for a retry/);
+    await expect(handler(schedulerEvent('weekly-report', WINDOW, 2))).rejects.toThrow(/released for a retry/);
+    const third = await handler(schedulerEvent('weekly-report', WINDOW, 3));
+    expect(third).toMatchObject({ status: 'duplicate', outcome: { kind: 'failed', attempts: 2 } });
+    expect(runs).toBe(2);
+    expect(await backend.claims.read({ jobId: 'weekly-report', window: WINDOW })).toMatchObject({
+      state: 'FAILED',
+      failures: 2,
+      lastError: 'Error: recipient query failed',
+    });
+  });
+});
