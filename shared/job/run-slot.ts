@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock.js';
+import { drainConcurrently } from '../effects/concurrent-drain.js';
 import type { EffectKeyHasher } from '../effects/effect-key.js';
 import { EffectRunner, InDoubtPolicy } from '../effects/effect-runner.js';
 import { ConfigurationError, InvalidEventError } from '../errors.js';
@@ -277,28 +278,13 @@ function jobContext(
           `onceEach concurrency is ${concurrency}; use a whole number of at least 1`,
         );
       }
-      const iterator = toAsyncIterator(items);
-      // Each worker pulls its next item only when it is free, so at most `concurrency` items are in
-      // memory, and it checks for a stop before pulling, so no item is taken and then dropped.
-      const worker = async () => {
-        while (!effects.stopping()) {
-          const next = await iterator.next();
-          if (next.done) return;
-          await effects.once(options.key(next.value), (s) => effect(next.value, s));
-        }
-      };
-      await Promise.all(Array.from({ length: concurrency }, worker));
-      if (effects.stopping()) await iterator.return?.();
+      await drainConcurrently(
+        items,
+        concurrency,
+        (item) => effects.once(options.key(item), (signal) => effect(item, signal)),
+        () => effects.stopping(),
+      );
     },
-  };
-}
-
-function toAsyncIterator<T>(items: AsyncIterable<T> | Iterable<T>): AsyncIterator<T> {
-  if (Symbol.asyncIterator in items) return items[Symbol.asyncIterator]();
-  const sync = items[Symbol.iterator]();
-  return {
-    next: async () => sync.next(),
-    return: async () => sync.return?.() ?? { done: true, value: undefined },
   };
 }
 

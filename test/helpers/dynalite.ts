@@ -1,6 +1,5 @@
-import type { AddressInfo } from 'node:net';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import dynalite from 'dynalite';
+import { startEmbeddedDynamo } from '../../local/embedded-dynamo.js';
 import { createDynamoClient, ensureClaimsTable } from '../../shared/backends/dynamodb/dynamodb-backend.js';
 
 export interface DynamoEndpoint {
@@ -23,10 +22,9 @@ export async function startDynamo(): Promise<DynamoEndpoint> {
   let close = async () => {};
   let endpoint = external ?? '';
   if (!external) {
-    const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    close = () => new Promise<void>((resolve) => server.close(() => resolve()));
+    const embedded = await startEmbeddedDynamo();
+    endpoint = embedded.endpoint;
+    close = embedded.close;
   }
   const clients: DynamoDBClient[] = [];
   const client = (options: { maxAttempts?: number } = {}) => {
