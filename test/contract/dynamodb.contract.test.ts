@@ -1,13 +1,8 @@
-import { afterAll, beforeAll } from 'vitest';
-import { type DynamoEndpoint, startDynamo } from '../helpers/dynalite.js';
+import { useDynamo } from '../helpers/dynalite.js';
 import { testBackend } from '../helpers/harness.js';
 import { describeBackendContract } from './backend-contract.js';
 
-let dynamo: DynamoEndpoint;
-beforeAll(async () => {
-  dynamo = await startDynamo();
-});
-afterAll(() => dynamo.close());
+const dynamo = useDynamo();
 
 describeBackendContract('DynamoDB', async () => testBackend(dynamo.client(), await dynamo.freshTable()));
 describeBackendContract('DynamoDB without ALL_OLD on conflict', async () =>

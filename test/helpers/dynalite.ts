@@ -1,4 +1,5 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { afterAll, beforeAll } from 'vitest';
 import { startEmbeddedDynamo } from '../../local/embedded-dynamo.js';
 import { createDynamoClient, ensureClaimsTable } from '../../shared/backends/dynamodb/dynamodb-backend.js';
 
@@ -44,5 +45,29 @@ export async function startDynamo(): Promise<DynamoEndpoint> {
       for (const c of clients) c.destroy();
       await close();
     },
+  };
+}
+
+/**
+ * Starts one DynamoDB endpoint for the calling test file (beforeAll) and closes it after (afterAll).
+ * The returned object forwards to it, so tests call `dynamo.client()` and `dynamo.freshTable()`.
+ */
+export function useDynamo(): DynamoEndpoint {
+  let current: DynamoEndpoint | undefined;
+  beforeAll(async () => {
+    current = await startDynamo();
+  });
+  afterAll(() => current?.close());
+  const started = () => {
+    if (!current) throw new Error('useDynamo(): the endpoint starts in beforeAll; use it inside a test');
+    return current;
+  };
+  return {
+    get endpoint() {
+      return started().endpoint;
+    },
+    client: (options) => started().client(options),
+    freshTable: (prefix) => started().freshTable(prefix),
+    close: () => started().close(),
   };
 }

@@ -1,20 +1,16 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
 import type { EmailMessage } from '../../shared/effects/email-sender.js';
 import { CountingSender } from '../helpers/counting-sender.js';
-import { type DynamoEndpoint, startDynamo } from '../helpers/dynalite.js';
+import { useDynamo } from '../helpers/dynalite.js';
 import { EmfRecorder, schedulerEvent, testBackend, testHandler } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
 const WINDOW = '2026-11-30T06:00:00Z';
 const LEASE = 60_000;
 
-let dynamo: DynamoEndpoint;
-beforeAll(async () => {
-  dynamo = await startDynamo();
-});
-afterAll(() => dynamo.close());
+const dynamo = useDynamo();
 
 /** A promise with its resolver, for pausing a replica at an exact point. */
 function deferred() {

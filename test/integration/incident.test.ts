@@ -1,19 +1,15 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
 import { CountingSender } from '../helpers/counting-sender.js';
-import { type DynamoEndpoint, startDynamo } from '../helpers/dynalite.js';
+import { useDynamo } from '../helpers/dynalite.js';
 import { EmfRecorder, schedulerEvent, testBackend, testHandler } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
 const WINDOW = '2026-11-30T06:00:00Z';
 
 describe('the incident: three replicas fire the weekly report for one window', () => {
-  let dynamo: DynamoEndpoint;
-  beforeAll(async () => {
-    dynamo = await startDynamo();
-  });
-  afterAll(() => dynamo.close());
+  const dynamo = useDynamo();
 
   it('sends each of 12,400 customers exactly one email, with 2 DuplicateClaim and nothing in doubt', async () => {
     const table = await dynamo.freshTable();

@@ -1,17 +1,13 @@
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
 import { CountingSender } from '../helpers/counting-sender.js';
-import { type DynamoEndpoint, startDynamo } from '../helpers/dynalite.js';
+import { useDynamo } from '../helpers/dynalite.js';
 import { EmfRecorder, RecordingLog, testBackend, testHandler } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
-let dynamo: DynamoEndpoint;
-beforeAll(async () => {
-  dynamo = await startDynamo();
-});
-afterAll(() => dynamo.close());
+const dynamo = useDynamo();
 
 const NOW = Date.parse('2026-11-30T06:00:30Z');
 const GOOD = {

@@ -1,18 +1,14 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { mockClient } from 'aws-sdk-client-mock';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
 import { ConfigurationError } from '../../shared/errors.js';
 import { jobHandlerFromEnvironment } from '../../shared/job/lambda-environment.js';
 import { CountingSender } from '../helpers/counting-sender.js';
-import { type DynamoEndpoint, startDynamo } from '../helpers/dynalite.js';
+import { useDynamo } from '../helpers/dynalite.js';
 
-let dynamo: DynamoEndpoint;
-beforeAll(async () => {
-  dynamo = await startDynamo();
-});
-afterAll(() => dynamo.close());
+const dynamo = useDynamo();
 const secrets = mockClient(SecretsManagerClient);
 afterEach(() => {
   secrets.reset();

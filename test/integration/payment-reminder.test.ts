@@ -1,15 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { paymentReminderJob, syntheticDueInvoices } from '../../functions/payment-reminder/job.js';
 import { CountingSender } from '../helpers/counting-sender.js';
-import { type DynamoEndpoint, startDynamo } from '../helpers/dynalite.js';
+import { useDynamo } from '../helpers/dynalite.js';
 import { EmfRecorder, schedulerEvent, testBackend, testHandler } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
-let dynamo: DynamoEndpoint;
-beforeAll(async () => {
-  dynamo = await startDynamo();
-});
-afterAll(() => dynamo.close());
+const dynamo = useDynamo();
 
 describe('the rate-scheduled payment reminder', () => {
   it('reminds each invoice once across two replicas and four 15-minute windows', async () => {
