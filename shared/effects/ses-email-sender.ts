@@ -1,0 +1,173 @@
+import {
+  AccountSuspendedException,
+  BadRequestException,
+  LimitExceededException,
+  MailFromDomainNotVerifiedException,
+  MessageRejected,
+  SESv2Client,
+  SendEmailCommand,
+  SendingPausedException,
+  TooManyRequestsException,
+} from '@aws-sdk/client-sesv2';
+import type { Clock } from '../clock.js';
+import { ConfigurationError, EffectNotPerformedError } from '../errors.js';
+import { RuntimeEnv } from '../job/runtime-env.js';
+import type { EmailMessage, EmailSender } from './email-sender.js';
+import { type RateLimiter, TokenBucket } from './token-bucket.js';
+
+/** Options of a `SesEmailSender`. */
+export interface SesEmailSenderOptions {
+  /** The From address, at a verified SES identity. */
+  readonly fromAddress: string;
+  /**
+   * The SES v2 client. Keep its retries off (`maxAttempts: 1`): the SDK retries timeouts and
+   * dropped connections, and a retried SendEmail whose first response was lost sends twice.
+   * @default a new SESv2Client with maxAttempts 1, for the region of the environment
+   */
+  readonly client?: SESv2Client;
+  /**
+   * Emails per second, at most the account's SES maximum send rate.
+   * @default 1
+   */
+  readonly maxSendRatePerSecond?: number;
+  /**
+   * Limits the send rate instead of a token bucket built from `maxSendRatePerSecond`, e.g. one
+   * bucket shared by several senders.
+   * @default a TokenBucket at maxSendRatePerSecond, burst 1, on `clock`
+   */
+  readonly rateLimiter?: RateLimiter;
+  /** @default the system clock */
+  readonly clock?: Clock;
+  /**
+   * An SES configuration set for the messages (event publishing, suppression overrides).
+   * @default none
+   */
+  readonly configurationSetName?: string;
+}
+
+/**
+ * SES errors that mean SES refused the request before sending anything: throttled, over quota,
+ * sending paused or suspended, a rejected or malformed message. Everything else (timeouts, 5xx,
+ * dropped connections) may come after SES accepted the message, so it stays in doubt.
+ */
+const REFUSED_BEFORE_SENDING = [
+  TooManyRequestsException,
+  LimitExceededException,
+  SendingPausedException,
+  MessageRejected,
+  AccountSuspendedException,
+  MailFromDomainNotVerifiedException,
+  BadRequestException,
+] as const;
+
+/**
+ * Sends email through Amazon SES v2 at a bounded rate.
+ *
+ * The abort signal stops the wait for a send slot, not a send in flight: cancelling a request SES
+ * may already have accepted would only turn a known outcome into an unknown one.
+ *
+ * No raw address is ever put in an error message; SES's own messages (which can quote the
+ * recipient) are redacted before they are attached as `cause`.
+ *
+ * @example
+ * const sender = SesEmailSender.fromEnvironment();
+ * await ctx.once(`weekly-report:${customer.id}`, () => sender.send({ to: customer.email, subject, text }));
+ */
+export class SesEmailSender implements EmailSender {
+  readonly #client: SESv2Client;
+  readonly #fromAddress: string;
+  readonly #limiter: RateLimiter;
+  readonly #configurationSetName: string | undefined;
+
+  constructor(options: SesEmailSenderOptions) {
+    this.#client = options.client ?? defaultSesClient();
+    this.#fromAddress = options.fromAddress;
+    this.#limiter =
+      options.rateLimiter ??
+      new TokenBucket({
+        ratePerSecond: options.maxSendRatePerSecond ?? 1,
+        ...(options.clock ? { clock: options.clock } : {}),
+      });
+    this.#configurationSetName = options.configurationSetName;
+  }
+
+  /**
+   * A sender configured from the variables the ScheduledJob construct sets: SLOTGUARD_SES_FROM and
+   * SLOTGUARD_SEND_RATE.
+   */
+  static fromEnvironment(
+    env: Readonly<Record<string, string | undefined>> = process.env,
+    options: Omit<SesEmailSenderOptions, 'fromAddress' | 'maxSendRatePerSecond'> = {},
+  ): SesEmailSender {
+    const fromAddress = env[RuntimeEnv.sesFromAddress];
+    if (!fromAddress) {
+      throw new ConfigurationError(
+        RuntimeEnv.sesFromAddress,
+        `${RuntimeEnv.sesFromAddress} is not set; give the ScheduledJob an \`ses\` prop (identity and fromAddress)`,
+      );
+    }
+    const rawRate = env[RuntimeEnv.sendRatePerSecond];
+    const rate = rawRate === undefined ? 1 : Number(rawRate);
+    if (!(rate > 0) || !Number.isFinite(rate)) {
+      throw new ConfigurationError(
+        RuntimeEnv.sendRatePerSecond,
+        `${RuntimeEnv.sendRatePerSecond} is ${JSON.stringify(rawRate)}; set a positive number of emails per second`,
+      );
+    }
+    return new SesEmailSender({ ...options, fromAddress, maxSendRatePerSecond: rate });
+  }
+
+  async send(message: EmailMessage, options: { signal?: AbortSignal } = {}): Promise<void> {
+    try {
+      await this.#limiter.take(options.signal);
+    } catch (cause) {
+      throw new EffectNotPerformedError(
+        'the send was cancelled while waiting for the SES send rate; nothing was sent',
+        {
+          cause,
+        },
+      );
+    }
+    const command = new SendEmailCommand({
+      FromEmailAddress: this.#fromAddress,
+      Destination: { ToAddresses: [message.to] },
+      Content: {
+        Simple: {
+          Subject: { Data: message.subject, Charset: 'UTF-8' },
+          Body: { Text: { Data: message.text, Charset: 'UTF-8' } },
+        },
+      },
+      ...(this.#configurationSetName ? { ConfigurationSetName: this.#configurationSetName } : {}),
+    });
+    try {
+      await this.#client.send(command);
+    } catch (error) {
+      if (REFUSED_BEFORE_SENDING.some((refusal) => error instanceof refusal)) {
+        const refusal = error as Error;
+        refusal.message = redactAddresses(refusal.message);
+        throw new EffectNotPerformedError(
+          `SES refused the message before sending it (${refusal.name}: ${refusal.message}); nothing was sent, ` +
+            'a later run may try again',
+          { cause: refusal },
+        );
+      }
+      throw error;
+    }
+  }
+}
+
+/**
+ * An SES v2 client with SDK retries off: the SDK would retry timeouts and dropped connections, and
+ * a retried SendEmail whose first response was lost sends the email twice. Refusals come back as
+ * EffectNotPerformedError and a later run retries them, under the ledger.
+ */
+export function defaultSesClient(): SESv2Client {
+  return new SESv2Client({ maxAttempts: 1 });
+}
+
+const ADDRESS = /[^\s<>"'(),;:[\]]+@[^\s<>"'(),;:[\]]+/g;
+
+/** Replaces anything shaped like an email address with `<address>`. */
+export function redactAddresses(text: string): string {
+  return text.replace(ADDRESS, '<address>');
+}
