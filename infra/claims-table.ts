@@ -1,0 +1,116 @@
+import { RemovalPolicy } from 'aws-cdk-lib';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import { Construct } from 'constructs';
+import { leadingKeysPattern, TableLayout } from '../shared/backends/dynamodb/table-layout.js';
+import { RuntimeEnv } from '../shared/job/runtime-env.js';
+import { describe, JOB_ID_PATTERN } from '../shared/slot/slot.js';
+import type { ClaimsBackend } from './claims-backend.js';
+import { InfraValidationError } from './infra-validation-error.js';
+
+/** Props of a `ClaimsTable`. */
+export interface ClaimsTableProps {
+  /**
+   * What CloudFormation does with the table when it leaves the stack. The table is the record of
+   * which windows ran and which emails went out; deleting it lets every retained fire run again.
+   * @default RemovalPolicy.RETAIN
+   */
+  readonly removalPolicy?: RemovalPolicy;
+  /**
+   * A customer managed KMS key, for when you must control or revoke the key yourself.
+   * @default the AWS managed key for DynamoDB (`aws/dynamodb`)
+   */
+  readonly encryptionKey?: kms.IKey;
+  /**
+   * DynamoDB deletion protection.
+   * @default true unless `removalPolicy` is DESTROY
+   */
+  readonly deletionProtection?: boolean;
+}
+
+/**
+ * The item-level actions the DynamoDB adapter performs. No Scan and no table-level action: the
+ * LeadingKeys condition below only confines requests that name a partition key.
+ */
+export const CLAIMS_TABLE_ACTIONS = [
+  'dynamodb:GetItem',
+  'dynamodb:PutItem',
+  'dynamodb:UpdateItem',
+  'dynamodb:DeleteItem',
+  'dynamodb:BatchWriteItem',
+  'dynamodb:Query',
+] as const;
+
+/**
+ * The DynamoDB table that holds every job's slot claims and effect ledger (layout in
+ * shared/backends/dynamodb/table-layout.ts), one table shared by any number of jobs.
+ *
+ * - On-demand capacity: a job's writes come in bursts at its fire time and nothing in between.
+ * - Point-in-time recovery on: the table is the exactly-once record.
+ * - Encrypted with the AWS managed key by default: KMS encryption with key use visible in
+ *   CloudTrail, at no key cost and with no key policy to get wrong. The table holds slot states and
+ *   HMAC-hashed effect keys, never a raw address, so a customer key (`encryptionKey`) is only
+ *   needed when policy requires controlling the key.
+ * - Retained by default, and the table's construct id inside this construct never changes, so its
+ *   logical ID stays put across slotguard upgrades. Renaming or moving *this* construct changes the
+ *   logical ID: CloudFormation then creates a new, empty table (the old one is retained, orphaned).
+ *
+ * @example
+ * const claims = new ClaimsTable(stack, 'ClaimsTable');
+ * new ScheduledJob(stack, 'weekly-report', { job: weeklyReport, claims });
+ */
+export class ClaimsTable extends Construct implements ClaimsBackend {
+  /** The underlying table. */
+  readonly table: dynamodb.Table;
+
+  constructor(scope: Construct, id: string, props: ClaimsTableProps = {}) {
+    super(scope, id);
+    const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
+    // 'Table' is part of the table's logical ID: changing it replaces the table.
+    this.table = new dynamodb.Table(this, 'Table', {
+      partitionKey: { name: TableLayout.partitionKey, type: dynamodb.AttributeType.STRING },
+      sortKey: { name: TableLayout.sortKey, type: dynamodb.AttributeType.STRING },
+      billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
+      timeToLiveAttribute: TableLayout.ttlAttribute,
+      pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+      ...(props.encryptionKey
+        ? { encryption: dynamodb.TableEncryption.CUSTOMER_MANAGED, encryptionKey: props.encryptionKey }
+        : { encryption: dynamodb.TableEncryption.AWS_MANAGED }),
+      deletionProtection: props.deletionProtection ?? removalPolicy !== RemovalPolicy.DESTROY,
+      removalPolicy,
+    });
+  }
+
+  /**
+   * Grants `grantee` the claim and ledger actions on items of job `jobId` only.
+   *
+   * `ForAllValues:StringLike` on `dynamodb:LeadingKeys` holds when every partition key a request
+   * touches starts with `<jobId>#`. It is also true, vacuously, for a request that names no key
+   * (a Scan), which is why the action list stays item-level.
+   */
+  grantClaims(grantee: iam.IGrantable, jobId: string): iam.Grant {
+    if (!JOB_ID_PATTERN.test(jobId)) {
+      // A pattern such as '*' would widen the condition to every job's items.
+      throw new InfraValidationError(
+        this,
+        'jobId',
+        `grantClaims jobId ${describe(jobId)} does not match ${JOB_ID_PATTERN}; pass the job's id ` +
+          '(1-63 lower-case letters, digits or hyphens, a letter first)',
+      );
+    }
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: [...CLAIMS_TABLE_ACTIONS],
+      resourceArns: [this.table.tableArn],
+      conditions: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [leadingKeysPattern(jobId)] } },
+    });
+  }
+
+  /** Grants `fn` job `jobId`'s items and tells the runtime the table's name. */
+  bind(fn: lambda.Function, jobId: string): void {
+    this.grantClaims(fn, jobId);
+    fn.addEnvironment(RuntimeEnv.tableName, this.table.tableName);
+  }
+}

@@ -1,0 +1,217 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { CLOUDWATCH_ALARM_LIMITS, missedRunWindow } from '../../infra/missed-run-window.js';
+import { type AnalysedSchedule, analyseSchedule } from '../../infra/schedule-expression.js';
+
+const FROM = new Date('2026-11-29T12:00:00Z');
+const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
+
+function analysed(expression: string, timeZone = 'UTC', gapLimitMs?: number): AnalysedSchedule {
+  const result = analyseSchedule(
+    { expression, timeZone },
+    FROM,
+    gapLimitMs === undefined ? {} : { gapLimitMs },
+  );
+  if (!result.ok) throw new Error(`${result.problem}; ${result.fix}`);
+  return result.schedule;
+}
+
+function refusal(expression: string, timeZone = 'UTC') {
+  const result = analyseSchedule({ expression, timeZone }, FROM);
+  if (result.ok) throw new Error(`${expression} was accepted`);
+  return result;
+}
+
+function nextFires(expression: string, timeZone: string, count: number): string[] {
+  const fires: string[] = [];
+  let from = FROM;
+  for (let i = 0; i < count; i++) {
+    // Only the next fire matters here: a 1 ms gap limit stops the longest-gap walk at once.
+    const result = analyseSchedule({ expression, timeZone }, from, { gapLimitMs: 1 });
+    if (!result.ok) throw new Error(result.problem);
+    fires.push(result.schedule.nextFire.toISOString());
+    from = result.schedule.nextFire;
+  }
+  return fires;
+}
+
+describe('analyseSchedule: AWS cron read through croner', () => {
+  it('fires the weekly report on Mondays at 09:00 Moscow time (06:00Z), 7 days apart', () => {
+    const schedule = analysed('cron(0 9 ? * MON *)', 'Europe/Moscow');
+    expect(schedule.kind).toBe('cron');
+    expect(schedule.nextFire.toISOString()).toBe('2026-11-30T06:00:00.000Z');
+    expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: 7 * DAY, basis: 'exact' });
+  });
+
+  it('refuses a cron that never fires (31 February), naming the impossible day and the fix', () => {
+    const result = refusal('cron(0 9 31 2 ? *)');
+    expect(result.field).toBe('expression');
+    expect(result.problem).toBe(
+      '"cron(0 9 31 2 ? *)" never fires after 2026-11-29T12:00:00.000Z (day-of-month 31 does not occur in month 2)',
+    );
+    expect(result.fix).toMatch(/for the last day of a month use L/);
+  });
+
+  it('refuses a cron whose year field lies in the past', () => {
+    expect(refusal('cron(0 9 1 1 ? 2020)').problem).toMatch(/never fires after/);
+  });
+
+  it('reads L in day-of-month as the last day of the month', () => {
+    expect(nextFires('cron(0 9 L * ? *)', 'UTC', 3)).toEqual([
+      '2026-11-30T09:00:00.000Z',
+      '2026-12-31T09:00:00.000Z',
+      '2027-01-31T09:00:00.000Z',
+    ]);
+  });
+
+  it('reads W as the weekday nearest the day (15 May 2027 is a Saturday: Friday the 14th; 15 Aug a Sunday: the 16th)', () => {
+    expect(analysed('cron(0 9 15W 5 ? 2027)').nextFire.toISOString()).toBe('2027-05-14T09:00:00.000Z');
+    expect(analysed('cron(0 9 15W 8 ? 2027)').nextFire.toISOString()).toBe('2027-08-16T09:00:00.000Z');
+  });
+
+  it('numbers weekdays as AWS does (1 = Sunday) and reads # as the nth weekday: 6#3 = third Friday', () => {
+    expect(nextFires('cron(0 9 ? * 6#3 *)', 'UTC', 2)).toEqual([
+      '2026-12-18T09:00:00.000Z',
+      '2027-01-15T09:00:00.000Z',
+    ]);
+    // FROM is Sunday 29 November, 12:00Z: Sunday (1) 09:00 has passed, so the next is a week on.
+    expect(analysed('cron(0 9 ? * 1 *)').nextFire.toISOString()).toBe('2026-12-06T09:00:00.000Z');
+  });
+
+  it('reads 6L as the last Friday and a bare L in day-of-week as Saturday', () => {
+    expect(analysed('cron(0 9 ? * 6L *)').nextFire.toISOString()).toBe('2026-12-25T09:00:00.000Z');
+    expect(analysed('cron(0 9 ? * L *)').nextFire.toISOString()).toBe('2026-12-05T09:00:00.000Z');
+  });
+
+  it('reads AWS steps written 0/15', () => {
+    expect(nextFires('cron(0/15 * * * ? *)', 'UTC', 2)).toEqual([
+      '2026-11-29T12:15:00.000Z',
+      '2026-11-29T12:30:00.000Z',
+    ]);
+  });
+
+  it('measures the weekend as the longest gap of a weekday schedule', () => {
+    const schedule = analysed('cron(0 9 ? * MON-FRI *)');
+    expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: 3 * DAY, basis: 'exact' });
+  });
+
+  it('counts the daylight-saving hour in a Berlin weekly schedule (7 days and 1 hour at the autumn change)', () => {
+    const schedule = analysed('cron(0 9 ? * MON *)', 'Europe/Berlin');
+    expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: 7 * DAY + HOUR, basis: 'exact' });
+  });
+
+  it('stops walking once a gap reaches the limit the caller cares about', () => {
+    const schedule = analysed('cron(0 9 1 * ? *)', 'UTC', 7 * DAY);
+    expect(schedule.kind !== 'at' && schedule.longestGap.basis).toBe('at-least');
+  });
+
+  it.each([
+    ['cron(0 9 * * MON *)', /sets both day-of-month and day-of-week/],
+    ['cron(0 9 ? * ? *)', /sets both day-of-month and day-of-week, or neither/],
+    ['cron(0 9 * * ?)', /has 5 fields/],
+    ['cron(0 9 ? * MON * *)', /has 7 fields/],
+    ['cron(0 9# ? * MON *)', /has "9#" in the hours field/],
+    ['cron(0 25 ? * MON *)', /cannot be read/],
+  ])('refuses %s', (expression, problem) => {
+    expect(refusal(expression).problem).toMatch(problem);
+  });
+});
+
+describe('analyseSchedule: rate and at', () => {
+  it('takes the rate itself as the longest gap', () => {
+    const schedule = analysed('rate(15 minutes)');
+    expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: 15 * 60_000, basis: 'exact' });
+    expect(analysed('rate(1 day)').kind).toBe('rate');
+  });
+
+  it('refuses a rate of zero', () => {
+    expect(refusal('rate(0 minutes)').fix).toMatch(/at least 1/);
+  });
+
+  it('fires a one-time schedule at its local time in its zone', () => {
+    const schedule = analysed('at(2027-01-15T09:00:00)', 'Europe/Moscow');
+    expect(schedule).toMatchObject({ kind: 'at', nextFire: new Date('2027-01-15T06:00:00Z') });
+  });
+
+  it('refuses a one-time schedule in the past, saying when it was', () => {
+    expect(refusal('at(2026-01-15T09:00:00)').problem).toBe(
+      '"at(2026-01-15T09:00:00)" never fires: 2026-01-15T09:00:00 in UTC is before 2026-11-29T12:00:00.000Z',
+    );
+  });
+
+  it('refuses an expression of no known kind, listing the three', () => {
+    expect(refusal('every monday').fix).toMatch(/cron\(.*\), rate\(15 minutes\) or at\(/);
+  });
+
+  it('refuses a time zone Intl does not know, naming it', () => {
+    const result = refusal('rate(1 hour)', 'Europe/Atlantis');
+    expect(result).toMatchObject({ field: 'timeZone' });
+    expect(result.problem).toContain('"Europe/Atlantis"');
+    expect(result.fix).toMatch(/IANA name/);
+  });
+});
+
+describe('analyseSchedule: properties', () => {
+  it('gives every daily UTC cron a longest gap of exactly one day', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 59 }), fc.integer({ min: 0, max: 23 }), (minute, hour) => {
+        const schedule = analysed(`cron(${minute} ${hour} * * ? *)`);
+        expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: DAY, basis: 'exact' });
+      }),
+      { numRuns: 25 },
+    );
+  });
+
+  it('gives every rate its own length as the longest gap', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 10_000 }),
+        fc.constantFrom('minutes', 'hours', 'days'),
+        (n, unit) => {
+          const schedule = analysed(`rate(${n} ${unit})`);
+          const unitMs = { minutes: 60_000, hours: HOUR, days: DAY }[unit];
+          expect(schedule.kind !== 'at' && schedule.longestGap.ms).toBe(n * unitMs);
+        },
+      ),
+    );
+  });
+});
+
+describe('missedRunWindow', () => {
+  it('watches a 15-minute job in 5-minute buckets covering the gap, the grace and one bucket of slack', () => {
+    const window = missedRunWindow(900, 900);
+    expect(window).toMatchObject({ evaluationPeriods: 7, capped: false, wantedSeconds: 1_800 });
+    expect(window.period.toSeconds()).toBe(300);
+  });
+
+  it('switches to hourly buckets past a day (CloudWatch allows at most a day of sub-hour buckets)', () => {
+    const window = missedRunWindow(86_400, 1_500);
+    expect(window.period.toSeconds()).toBe(3_600);
+    expect(window.evaluationPeriods).toBe(26);
+  });
+
+  it('caps a weekly job at 7 days of hourly buckets and says so', () => {
+    const window = missedRunWindow(7 * 86_400, 1_500);
+    expect(window).toMatchObject({ evaluationPeriods: 168, capped: true });
+  });
+
+  it('never exceeds CloudWatch limits, and covers the wanted look-back whenever it is not capped', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 60, max: 40 * 86_400 }),
+        fc.integer({ min: 60, max: 7_200 }),
+        (gap, grace) => {
+          const window = missedRunWindow(gap, grace);
+          const period = window.period.toSeconds();
+          const total = period * window.evaluationPeriods;
+          expect(total).toBeLessThanOrEqual(CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds);
+          if (period < 3_600)
+            expect(total).toBeLessThanOrEqual(CLOUDWATCH_ALARM_LIMITS.maxEvaluationSecondsBelowHourPeriod);
+          if (!window.capped) expect(total).toBeGreaterThanOrEqual(gap + grace + period);
+          else expect(total).toBe(CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds);
+        },
+      ),
+    );
+  });
+});
