@@ -92,9 +92,9 @@ export interface ScheduledJobProps {
   readonly alarmActions?: readonly cloudwatch.IAlarmAction[];
   /**
    * How long after a fire's longest gap the missed-run alarm waits for its ClaimAcquired metric.
-   * The metric is flushed when the invocation ends, so this covers the run's length, Lambda's retry
-   * delays and CloudWatch's ingestion.
-   * @default the function timeout plus 10 minutes
+   * The runtime flushes ClaimAcquired as soon as the slot is claimed, so this covers delivery,
+   * Lambda's async retry delays (up to about 3 minutes) and CloudWatch's ingestion.
+   * @default 15 minutes
    */
   readonly missedRunGrace?: Duration;
   /**
@@ -433,7 +433,7 @@ export class ScheduledJob extends Construct {
     const schedule = this.analysedSchedule;
     if (schedule.kind === 'at') return undefined;
     const grace =
-      props.missedRunGrace ?? Duration.seconds(this.job.timeoutSeconds).plus(Duration.minutes(10));
+      props.missedRunGrace ?? Duration.minutes(15);
     const window = missedRunWindow(schedule.longestGap.ms / 1000, grace.toSeconds());
     const pages = !window.capped || props.pageOnCappedMissedRun === true;
     if (window.capped) {

@@ -152,6 +152,9 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
     });
   }
   log.info('slot claimed', { window: slot.window, epoch: claim.epoch, via: claim.via, ...delivery });
+  // Emitted now, not when the run ends: the missed-run alarm waits for ClaimAcquired, and a long
+  // fan-out would otherwise hold it back for up to the Lambda's 15 minutes.
+  await metrics.flush();
 
   const lease = new LeaseKeeper({
     store: backend.claims,

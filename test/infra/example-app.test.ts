@@ -326,7 +326,7 @@ describe('the example app: alarms', () => {
   );
 
   it('payment-reminder: alarms when no claim arrives within 15 minutes plus grace, treating silence as breaching', () => {
-    // rate(15 minutes) + grace (300 s timeout + 10 min) = 30 min: six 5-minute buckets, plus one of slack.
+    // rate(15 minutes) + 15 minutes' grace = 30 min: six 5-minute buckets, plus one of slack.
     expect(alarm('payment-reminder', 'MissedRunAlarm')).toMatchObject({
       Namespace: 'Slotguard',
       MetricName: 'ClaimAcquired',
@@ -353,7 +353,7 @@ describe('the example app: alarms', () => {
     Annotations.fromStack(built.stack).hasWarning(
       '/Slotguard/weekly-report',
       Match.stringLikeRegexp(
-        'missed-run alarm of job .weekly-report. needs to look back 168.4 hours.*created without alarm actions',
+        'missed-run alarm of job .weekly-report. needs to look back 168.3 hours.*created without alarm actions',
       ),
     );
   });
