@@ -1,0 +1,357 @@
+import { ConfigurationError, StoreError } from '../../errors.js';
+import type {
+  Claim,
+  ClaimOutcome,
+  ClaimStore,
+  Delivery,
+  FinishOutcome,
+  LeaseRequest,
+  ReleaseReason,
+  RenewOutcome,
+  RunSummary,
+  SlotRecord,
+} from '../../slot/ports.js';
+import { SlotState } from '../../slot/ports.js';
+import type { Slot } from '../../slot/slot.js';
+import { translateError } from './postgres-errors.js';
+import {
+  longestTimeout,
+  type PostgresExecutor,
+  type ResolvedTimeouts,
+  type TransactionQuery,
+} from './postgres-executor.js';
+import { advisoryLockKey, assertOwner, assertSlot, storableText } from './postgres-keys.js';
+import type { SlotguardSql } from './sql.js';
+
+/**
+ * Whose clock decides when a lease has ended.
+ * - `'database'`: the database's (`clock_timestamp()`). A lease ends at the database time the claim
+ *   or renewal ran, plus `leaseMs`; a claimer takes over only once the database's clock has passed
+ *   that. The `now` each port call passes (the caller's clock) is recorded for diagnosis, never
+ *   compared. Replicas whose clocks disagree by minutes still agree on who holds a slot.
+ * - `'caller'`: the `now` each call passes, as the DynamoDB backend does. For a single clock that
+ *   drives every caller: the contract suite and simulations, with a ManualClock.
+ */
+export type LeaseClock = 'database' | 'caller';
+
+/** What a PostgresClaimStore runs on; postgresBackend builds it. */
+export interface PostgresClaimStoreOptions {
+  readonly executor: PostgresExecutor;
+  readonly sql: SlotguardSql;
+  /** The schema, for error messages. */
+  readonly schema: string;
+  readonly leaseClock: LeaseClock;
+  readonly timeouts: ResolvedTimeouts;
+}
+
+/** A slot row as the backend stores it: the port's record plus what only Postgres keeps. */
+export interface PostgresSlotRecord extends SlotRecord {
+  /** Failed runs allowed before FAILED, as the last claim stored it. */
+  readonly maxAttempts: number;
+  /** When the current grant was made, by the lease clock. */
+  readonly claimedAt: number;
+  /** The claimer's own clock when it sent the claim: compare with claimedAt to see its skew. */
+  readonly claimerClock: number;
+}
+
+/** The columns the store reads back (see SLOT_COLUMNS in sql.ts). */
+type SlotRow = {
+  readonly state: SlotState | null;
+  readonly owner: string;
+  readonly epoch: number;
+  readonly lease_until: Date | null;
+  readonly attempts: number;
+  readonly failures: number;
+  readonly max_attempts: number;
+  readonly claimed_at: Date;
+  readonly claimer_clock?: Date;
+  readonly execution_id: string | null;
+  readonly attempt_number: number | null;
+  readonly invocation_id: string | null;
+  readonly summary: RunSummary | null;
+  readonly last_error: string | null;
+  readonly completed_at: Date | null;
+  readonly expires_at: Date;
+  readonly lease_expired?: boolean | null;
+};
+
+type GrantRow = {
+  readonly epoch: number;
+  readonly lease_until: Date;
+  readonly previous_owner: string | null;
+  readonly previous_state: SlotState | null;
+};
+
+/** Longest error text kept on a slot. */
+const MAX_ERROR_TEXT = 1_000;
+
+/**
+ * The slot half of the Postgres backend: one lease row per (job, window), granted by a single
+ * conditional upsert that bumps the fencing epoch, and renewed, completed and released by updates
+ * conditioned on owner, epoch and RUNNING. A transaction-scoped advisory lock orders claimers of
+ * one slot; it is never what makes a grant safe.
+ */
+export class PostgresClaimStore implements ClaimStore {
+  readonly #executor: PostgresExecutor;
+  readonly #sql: SlotguardSql;
+  readonly #schema: string;
+  readonly #leaseClock: LeaseClock;
+  readonly #timeouts: ResolvedTimeouts;
+
+  constructor(options: PostgresClaimStoreOptions) {
+    this.#executor = options.executor;
+    this.#sql = options.sql;
+    this.#schema = options.schema;
+    this.#leaseClock = options.leaseClock;
+    this.#timeouts = options.timeouts;
+  }
+
+  /** Which clock decides lease expiry. */
+  get leaseClock(): LeaseClock {
+    return this.#leaseClock;
+  }
+
+  /*
+   * Timeline of a claim transaction:
+   *   1. probe: try the slot's advisory lock; read the row as committed
+   *      - DONE / FAILED / RUNNING under someone's live lease → answer from the row, write nothing
+   *      - RUNNING under our own owner token                  → ours (a retried claim), write nothing
+   *   2. lock not ours (another claimer of this slot is mid-claim): wait for it, bounded by
+   *      lock_timeout, and read again; the winner's commit now answers most claimers without a write
+   *   3. the conditional upsert (sql.claimSlot) grants, or matches nothing and leaves the row locked
+   *      for the read that explains why
+   * Steps 1 and 2 only save work: with the advisory lock ignored entirely, step 3 alone still grants
+   * each epoch exactly once.
+   */
+  async claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
+    assertSlot(slot);
+    assertOwner(lease.owner);
+    this.#assertLeaseOutlastsTimeouts(lease.leaseMs);
+    const key = advisoryLockKey(slot).toString();
+    const at = this.#now(now);
+    const sql = this.#sql;
+    try {
+      return await this.#executor.transaction(async (query) => {
+        const [probe] = await query<SlotRow & { locked: boolean }>(sql.probeSlot, [
+          key,
+          slot.jobId,
+          slot.window,
+          at,
+        ]);
+        let answer = probe?.state ? outcomeOfRow(slot, probe, lease.owner) : 'claimable';
+        if (answer !== 'claimable') return answer;
+        if (!probe?.locked) {
+          await query(sql.waitForClaimLock, [key]);
+          answer = await this.#explain(query, slot, lease.owner, at);
+          if (answer !== 'claimable') return answer;
+        }
+        // A lease that ends between the upsert's clock reading and the explaining read's is
+        // claimable on the second try; no other state can change while the failed upsert holds
+        // the row's lock.
+        for (let attempt = 1; attempt <= 3; attempt++) {
+          const [granted] = await query<GrantRow>(sql.claimSlot, [
+            slot.jobId,
+            slot.window,
+            lease.owner,
+            at,
+            lease.leaseMs,
+            lease.maxAttempts,
+            new Date(now),
+            storableText(lease.delivery.executionId, 256),
+            lease.delivery.attemptNumber ?? null,
+            storableText(lease.delivery.invocationId, 256),
+            lease.expiresAtSeconds,
+          ]);
+          if (granted) return grantedOutcome(slot, lease.owner, granted);
+          answer = await this.#explain(query, slot, lease.owner, at);
+          if (answer !== 'claimable') return answer;
+        }
+        throw new StoreError(
+          'claim',
+          `claim of slot ${slot.jobId} ${slot.window} found it claimable three times and was refused three times; ` +
+            'this should not happen, please report it with the slot row',
+        );
+      });
+    } catch (error) {
+      throw translateError('claim', describeSlot(slot), this.#schema, error);
+    }
+  }
+
+  async renew(claim: Claim, leaseMs: number, now: number): Promise<RenewOutcome> {
+    const rows = await this.#write('renew', claim, this.#sql.renewLease, [this.#now(now), leaseMs]);
+    const renewed = rows[0] as { lease_until: Date } | undefined;
+    if (renewed) return { kind: 'renewed', leaseEndsAt: renewed.lease_until.getTime() };
+    return { kind: 'lost', ...fencedBy(await this.#readRow(claim.slot)) };
+  }
+
+  async complete(claim: Claim, summary: RunSummary, now: number): Promise<FinishOutcome> {
+    const rows = await this.#write('complete', claim, this.#sql.completeSlot, [
+      this.#now(now),
+      JSON.stringify(summary),
+    ]);
+    return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [SlotState.Done]);
+  }
+
+  async release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome> {
+    if (reason.kind === 'yield') {
+      const rows = await this.#write('release', claim, this.#sql.yieldSlot, [this.#now(now)]);
+      return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [SlotState.Released]);
+    }
+    const rows = await this.#write('release', claim, this.#sql.failSlot, [
+      this.#now(now),
+      storableText(reason.message, MAX_ERROR_TEXT),
+    ]);
+    return rows.length > 0
+      ? { kind: 'ok' }
+      : this.#explainFinish(claim, [SlotState.Released, SlotState.Failed]);
+  }
+
+  async read(slot: Slot): Promise<PostgresSlotRecord | undefined> {
+    assertSlot(slot);
+    const row = await this.#readRow(slot);
+    return row?.state ? toRecord(slot, row) : undefined;
+  }
+
+  /** The epoch currently on a slot, or undefined when it has no row. */
+  async currentEpoch(slot: Slot): Promise<number | undefined> {
+    return (await this.#readRow(slot))?.epoch;
+  }
+
+  async #readRow(slot: Slot): Promise<SlotRow | undefined> {
+    try {
+      const [row] = await this.#executor.query<SlotRow>(this.#sql.readSlot, [slot.jobId, slot.window]);
+      return row;
+    } catch (error) {
+      throw translateError('read', describeSlot(slot), this.#schema, error);
+    }
+  }
+
+  /** A fenced write: the statement's first four parameters are always job, window, owner, epoch. */
+  async #write(operation: string, claim: Claim, text: string, rest: unknown[]): Promise<unknown[]> {
+    assertSlot(claim.slot);
+    assertOwner(claim.owner);
+    try {
+      return await this.#executor.query(text, [
+        claim.slot.jobId,
+        claim.slot.window,
+        claim.owner,
+        claim.epoch,
+        ...rest,
+      ]);
+    } catch (error) {
+      throw translateError(operation, describeSlot(claim.slot), this.#schema, error);
+    }
+  }
+
+  /** A finishing write matched no row: ours already (a retry after a lost reply), or fenced. */
+  async #explainFinish(claim: Claim, ours: readonly SlotState[]): Promise<FinishOutcome> {
+    const current = await this.#readRow(claim.slot);
+    if (current?.state && isOurs(current, claim) && ours.includes(current.state)) return { kind: 'ok' };
+    return { kind: 'fenced', ...fencedBy(current) };
+  }
+
+  async #explain(
+    query: TransactionQuery,
+    slot: Slot,
+    owner: string,
+    at: Date | null,
+  ): Promise<ClaimOutcome | 'claimable'> {
+    const [row] = await query<SlotRow>(this.#sql.readSlotForClaim, [slot.jobId, slot.window, at]);
+    return row?.state ? outcomeOfRow(slot, row, owner) : 'claimable';
+  }
+
+  /** The `$now` parameter: NULL lets the statement read the database clock. */
+  #now(now: number): Date | null {
+    return this.#leaseClock === 'caller' ? new Date(now) : null;
+  }
+
+  #assertLeaseOutlastsTimeouts(leaseMs: number): void {
+    const longest = longestTimeout(this.#timeouts);
+    if (!Number.isFinite(leaseMs) || leaseMs < 3 * longest) {
+      throw new ConfigurationError(
+        'leaseMs',
+        `leaseMs is ${leaseMs} but the Postgres timeouts allow a single operation to take ${longest} ms; ` +
+          `use a lease of at least ${3 * longest} ms or lower timeouts, so a stuck statement gives up while the lease still holds`,
+      );
+    }
+  }
+}
+
+function outcomeOfRow(slot: Slot, row: SlotRow, owner: string): ClaimOutcome | 'claimable' {
+  switch (row.state) {
+    case SlotState.Done:
+      return {
+        kind: 'done',
+        completedAt: row.completed_at?.getTime() ?? 0,
+        summary: row.summary ?? undefined,
+      };
+    case SlotState.Failed:
+      return { kind: 'failed', attempts: row.attempts, lastError: row.last_error ?? '' };
+    case SlotState.Running:
+      if (row.owner === owner) {
+        // Our own claim committed and we are asking again (a retry after a lost reply): it is ours.
+        return {
+          kind: 'claimed',
+          claim: { slot, owner, epoch: row.epoch, leaseEndsAt: leaseEnd(row), via: 'new' },
+        };
+      }
+      if (row.lease_expired) return 'claimable';
+      return { kind: 'held', holder: row.owner, epoch: row.epoch, leaseEndsAt: leaseEnd(row) };
+    case SlotState.Released:
+    case null:
+      return 'claimable';
+    default:
+      return assertNever(row.state);
+  }
+}
+
+function grantedOutcome(slot: Slot, owner: string, row: GrantRow): ClaimOutcome {
+  const via = row.epoch === 1 ? 'new' : row.previous_state === SlotState.Running ? 'takeover' : 'retry';
+  return {
+    kind: 'claimed',
+    claim: { slot, owner, epoch: row.epoch, leaseEndsAt: row.lease_until.getTime(), via },
+    ...(via === 'takeover' && row.previous_owner ? { previousHolder: row.previous_owner } : {}),
+  };
+}
+
+function toRecord(slot: Slot, row: SlotRow): PostgresSlotRecord {
+  const delivery: Delivery = {
+    ...(row.execution_id !== null ? { executionId: row.execution_id } : {}),
+    ...(row.attempt_number !== null ? { attemptNumber: row.attempt_number } : {}),
+    ...(row.invocation_id !== null ? { invocationId: row.invocation_id } : {}),
+  };
+  return {
+    slot,
+    state: row.state as SlotState,
+    owner: row.owner,
+    epoch: row.epoch,
+    leaseEndsAt: leaseEnd(row),
+    attempts: row.attempts,
+    failures: row.failures,
+    delivery,
+    expiresAtSeconds: Math.round(row.expires_at.getTime() / 1000),
+    maxAttempts: row.max_attempts,
+    claimedAt: row.claimed_at.getTime(),
+    claimerClock: row.claimer_clock?.getTime() ?? 0,
+    ...(row.summary ? { summary: row.summary } : {}),
+    ...(row.last_error !== null ? { lastError: row.last_error } : {}),
+    ...(row.completed_at ? { completedAt: row.completed_at.getTime() } : {}),
+  };
+}
+
+/** The lease end in epoch milliseconds; 0 once the slot is DONE (the lease is cleared). */
+const leaseEnd = (row: SlotRow) => row.lease_until?.getTime() ?? 0;
+
+function isOurs(row: SlotRow, claim: Claim): boolean {
+  return row.owner === claim.owner && row.epoch === claim.epoch;
+}
+
+function fencedBy(row: SlotRow | undefined) {
+  return row?.state ? { holder: row.owner, epoch: row.epoch, state: row.state } : {};
+}
+
+const describeSlot = (slot: Slot) => `slot ${slot.jobId} ${slot.window}`;
+
+function assertNever(value: never): never {
+  throw new StoreError('decode', `unexpected slot state ${String(value)}`);
+}

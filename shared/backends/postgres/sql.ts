@@ -1,0 +1,350 @@
+import { escapeIdentifier } from 'pg';
+import { ConfigurationError } from '../../errors.js';
+import { describe } from '../../slot/slot.js';
+
+/**
+ * Every SQL statement of the Postgres backend, in one place.
+ *
+ * Rules this file keeps:
+ * - Values always travel as bind parameters ($1, $2, …), never inside the text. The only thing
+ *   spliced into the text is the schema name, validated by {@link assertSchemaName} and quoted with
+ *   pg's escapeIdentifier, and the three timeout integers of {@link beginTransaction}, which are
+ *   validated whole numbers (SET accepts no bind parameters).
+ * - Statements are unnamed (no `name` in the query config), so nothing is prepared per session:
+ *   RDS Proxy and PgBouncer in transaction mode can hand each transaction to another connection.
+ * - Time: `$now` is `NULL` on the database clock (the statement reads `clock_timestamp()`) or the
+ *   caller's clock reading on the caller clock (see `LeaseClock`). One text serves both.
+ */
+
+/** Schema names slotguard accepts: lower-case letters, digits and underscores, a letter or `_` first. */
+export const SCHEMA_NAME_PATTERN = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** Validates a schema name; the error names the value and the rule. */
+export function assertSchemaName(schema: unknown): asserts schema is string {
+  if (typeof schema !== 'string' || !SCHEMA_NAME_PATTERN.test(schema) || schema.startsWith('pg_')) {
+    throw new ConfigurationError(
+      'schema',
+      `schema ${describe(schema)} is not a usable schema name: use 1-63 lower-case letters, digits or ` +
+        'underscores, a letter or underscore first and not "pg_" (for example "slotguard")',
+    );
+  }
+}
+
+/** The version the migration below brings a schema to. */
+export const SCHEMA_VERSION = 1;
+
+/**
+ * The advisory-lock key that serialises concurrent migrations (of any schema): a fixed constant,
+ * the same in every version, so replicas of different builds migrating at once still queue.
+ */
+export const MIGRATION_LOCK_KEY = '7310475300220901377';
+
+/** A clock expression: the caller's reading when one is passed, else the database's own clock. */
+const now = (param: string) => `COALESCE(${param}::timestamptz, clock_timestamp())`;
+
+/** The slot columns `read` and every conflict explanation decode (see SlotRow in the claim store). */
+const SLOT_COLUMNS = `state, owner, epoch, lease_until, attempts, failures, max_attempts, claimed_at,
+  execution_id, attempt_number, invocation_id, summary, last_error, completed_at, expires_at`;
+
+/** The SQL of one schema. Built once per backend; every statement is schema-qualified. */
+export function sqlFor(schema: string) {
+  assertSchemaName(schema);
+  const s = escapeIdentifier(schema);
+  const slots = `${s}.slots`;
+  const effects = `${s}.effects`;
+
+  /*
+   * The lease check every effect write starts with, as a CTE: the slot row, locked FOR SHARE, only
+   * if it is RUNNING under this owner and epoch and (on the database clock) its lease has not ended.
+   * FOR SHARE conflicts with the UPDATE a takeover makes, so a takeover cannot commit between this
+   * check and the write that follows it in the same statement; a holder's own concurrent batches
+   * share the lock and do not wait for each other.
+   * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end (database clock only).
+   */
+  const leaseHeld = `lease AS MATERIALIZED (
+    SELECT expires_at FROM ${slots}
+    WHERE job_id = $1 AND slot_window = $2 AND state = 'RUNNING' AND owner = $3 AND epoch = $4
+      AND ($5::boolean IS FALSE OR lease_until > clock_timestamp())
+    FOR SHARE
+  )`;
+
+  return {
+    /**
+     * The claim's first statement: try the slot's transaction-scoped advisory lock and read the row
+     * as committed. The lock only orders claimers of one slot (a loser waits for the winner's
+     * commit instead of racing it to the row); the row decides. $1 lock key, $2 job, $3 window,
+     * $4 now.
+     */
+    probeSlot: `
+      SELECT pg_try_advisory_xact_lock($1::bigint) AS locked, s.*
+      FROM (SELECT 1) AS one
+      LEFT JOIN (
+        SELECT ${SLOT_COLUMNS}, lease_until < ${now('$4')} AS lease_expired
+        FROM ${slots} WHERE job_id = $2 AND slot_window = $3
+      ) AS s ON TRUE`,
+
+    /** Waits (up to lock_timeout) for the claimer that holds the slot's advisory lock to commit. */
+    waitForClaimLock: 'SELECT pg_advisory_xact_lock($1::bigint)',
+
+    /** The row as committed now, with whether its lease has ended. $1 job, $2 window, $3 now. */
+    readSlotForClaim: `
+      SELECT ${SLOT_COLUMNS}, lease_until < ${now('$3')} AS lease_expired
+      FROM ${slots} WHERE job_id = $1 AND slot_window = $2`,
+
+    /*
+     * Timeline of a claim (the only statement that grants a slot):
+     *   t0        A: absent → INSERT: RUNNING, epoch 1, lease_until t0+L            → claimed (new)
+     *   t1        B: conflict; RUNNING and lease_until > t1: WHERE false, no row     → held
+     *   t0+L+ε    B: conflict; RUNNING and lease_until < now: UPDATE epoch 2, owner B → claimed (takeover)
+     *   later     A's renew/complete/reserve, conditioned on (A, epoch 1), match no row → lost / fenced
+     * The epoch is `epoch + 1` inside the same statement, so it grows by exactly one per grant. The
+     * row's previous owner and state are kept on it, to name the previous holder and tell a
+     * takeover (RUNNING) from a retry (RELEASED). A conflict that does not pass WHERE still leaves
+     * the row locked by this transaction, so the read that explains it sees it unchanged.
+     * `now` is read once (the first CTE) and is both the lease start and the expiry test: a
+     * statement that waited for a lock judges expiry by an instant no later than the one it acts at,
+     * which can only make it see a lease as live for longer.
+     * $1 job, $2 window, $3 owner, $4 now, $5 lease ms, $6 max attempts, $7 caller's clock,
+     * $8 execution id, $9 attempt number, $10 invocation id, $11 expires at (epoch seconds).
+     */
+    claimSlot: `
+      WITH t AS (SELECT ${now('$4')} AS now)
+      INSERT INTO ${slots} AS s (
+        job_id, slot_window, state, owner, epoch, lease_until, attempts, failures, max_attempts,
+        claimed_at, claimer_clock, execution_id, attempt_number, invocation_id, expires_at)
+      SELECT $1::text, $2::text, 'RUNNING', $3::text, 1, t.now + $5::double precision * interval '1 millisecond',
+        1, 0, $6::integer, t.now, $7::timestamptz, $8::text, $9::integer, $10::text,
+        to_timestamp($11::double precision)
+      FROM t
+      ON CONFLICT (job_id, slot_window) DO UPDATE SET
+        state = 'RUNNING', owner = EXCLUDED.owner, epoch = s.epoch + 1, lease_until = EXCLUDED.lease_until,
+        attempts = s.attempts + 1, max_attempts = EXCLUDED.max_attempts, claimed_at = EXCLUDED.claimed_at,
+        claimer_clock = EXCLUDED.claimer_clock, previous_owner = s.owner, previous_state = s.state,
+        execution_id = EXCLUDED.execution_id, attempt_number = EXCLUDED.attempt_number,
+        invocation_id = EXCLUDED.invocation_id, expires_at = EXCLUDED.expires_at
+      WHERE (s.state = 'RUNNING' AND s.lease_until < EXCLUDED.claimed_at) OR s.state = 'RELEASED'
+      RETURNING s.epoch, s.lease_until, s.previous_owner, s.previous_state`,
+
+    /*
+     * Timeline of a renewal: only the holder of this exact grant extends its lease.
+     *   A (epoch 1) renews at t: lease_until = t + L                    → renewed
+     *   after B took over (epoch 2): owner/epoch no longer match, no row → lost
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 lease ms.
+     */
+    renewLease: `
+      UPDATE ${slots} SET lease_until = ${now('$5')} + $6::double precision * interval '1 millisecond'
+      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      RETURNING lease_until`,
+
+    /*
+     * Timeline of a completion:
+     *   A (epoch 1, RUNNING) completes: DONE, summary, lease cleared      → ok
+     *   A's retry after a lost reply: no row (DONE); the read shows it ours → ok
+     *   A after a takeover by B: no row; the read shows B, epoch 2         → fenced
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 summary (JSON).
+     */
+    completeSlot: `
+      UPDATE ${slots} SET state = 'DONE', summary = $6::jsonb, completed_at = ${now('$5')}, lease_until = NULL
+      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      RETURNING epoch`,
+
+    /*
+     * Timeline of a yield: the holder gives the slot back clean; the next claimer gets epoch + 1 at
+     * once (via 'retry') instead of waiting for the lease to run out.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 now.
+     */
+    yieldSlot: `
+      UPDATE ${slots} SET state = 'RELEASED', lease_until = ${now('$5')}
+      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      RETURNING state`,
+
+    /*
+     * Timeline of a failed run's release: failures + 1 in the same statement, and FAILED once that
+     * reaches the max_attempts stored by the claim, so further fires stand down.
+     *   attempt 1 fails → RELEASED, failures 1; attempt 2 → RELEASED, 2; attempt 3 → FAILED, 3
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 error text.
+     */
+    failSlot: `
+      UPDATE ${slots} SET failures = failures + 1, last_error = $6, lease_until = ${now('$5')},
+        state = CASE WHEN failures + 1 >= max_attempts THEN 'FAILED' ELSE 'RELEASED' END
+      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      RETURNING state`,
+
+    /** One slot row. $1 job, $2 window. */
+    readSlot: `SELECT ${SLOT_COLUMNS}, claimer_clock FROM ${slots} WHERE job_id = $1 AND slot_window = $2`,
+
+    /*
+     * Timeline of a batch of reservations (one statement, so one transaction):
+     *   1. lock the slot row FOR SHARE if (owner, epoch) still hold it and the lease is live
+     *   2. only then insert the keys, RESERVED and stamped with the epoch; a key already present is
+     *      left alone (ON CONFLICT DO NOTHING) and explained by a read afterwards
+     * A holder fenced out by a takeover (or, on the database clock, past its lease) matches no row
+     * in step 1 and inserts nothing. Keys are inserted in the caller's (sorted) order, so two
+     * batches that overlap lock their rows in the same order and cannot deadlock.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes.
+     */
+    reserveEffects: `
+      WITH ${leaseHeld},
+      inserted AS (
+        INSERT INTO ${effects} (job_id, slot_window, key_hash, state, epoch, owner, reserved_at, expires_at)
+        SELECT $1::text, $2::text, k.key_hash, 'RESERVED', $4::integer, $3::text, now(),
+          (SELECT expires_at FROM lease)
+        FROM unnest($6::text[]) WITH ORDINALITY AS k(key_hash, n)
+        WHERE EXISTS (SELECT 1 FROM lease)
+        ORDER BY k.n
+        ON CONFLICT (job_id, slot_window, key_hash) DO NOTHING
+        RETURNING key_hash
+      )
+      SELECT EXISTS (SELECT 1 FROM lease) AS lease_held, ARRAY(SELECT key_hash FROM inserted) AS inserted`,
+
+    /*
+     * Timeline of the opt-in re-run of in-doubt effects: under the same lease check, replace exactly
+     * the stale reservations that were read (same epoch and owner), or lose the race to whoever
+     * changed them since.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes,
+     * $7 their stale epochs, $8 their stale owners.
+     */
+    takeOverEffects: `
+      WITH ${leaseHeld},
+      taken AS (
+        UPDATE ${effects} AS e SET epoch = $4, owner = $3, reserved_at = now()
+        FROM unnest($6::text[], $7::integer[], $8::text[]) AS stale(key_hash, epoch, owner)
+        WHERE EXISTS (SELECT 1 FROM lease)
+          AND e.job_id = $1 AND e.slot_window = $2 AND e.key_hash = stale.key_hash
+          AND e.state = 'RESERVED' AND e.epoch = stale.epoch AND e.owner = stale.owner
+        RETURNING e.key_hash
+      )
+      SELECT EXISTS (SELECT 1 FROM lease) AS lease_held, ARRAY(SELECT key_hash FROM taken) AS taken`,
+
+    /** The effect rows of some keys. $1 job, $2 window, $3 key hashes. */
+    readEffects: `
+      SELECT key_hash, state, epoch, owner FROM ${effects}
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = ANY($3::text[])`,
+
+    /*
+     * Marks are conditioned on the reservation being this claim's own, not on the lease: once the
+     * effect has happened DONE is the truth, even from a holder that has since been fenced out.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 key hashes.
+     */
+    markEffectsDone: `
+      UPDATE ${effects} SET state = 'DONE', done_at = now()
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = ANY($5::text[])
+        AND owner = $3 AND epoch = $4 AND state = 'RESERVED'`,
+
+    /** Deletes our own reservation of an effect that certainly did not happen. $1 job, $2 window, $3 owner, $4 epoch, $5 key. */
+    unreserveEffect: `
+      DELETE FROM ${effects}
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $5 AND owner = $3 AND epoch = $4 AND state = 'RESERVED'`,
+
+    /** One page of a window's effects, in key order after `$3`. $1 job, $2 window, $3 after, $4 limit. */
+    listEffects: `
+      SELECT key_hash, state, epoch, owner FROM ${effects}
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash > $3
+      ORDER BY key_hash LIMIT $4`,
+
+    /** Deletes up to $1 expired slot rows (retention passed); returns how many as `n`. */
+    purgeSlots: `
+      WITH doomed AS (SELECT ctid FROM ${slots} WHERE expires_at < now() LIMIT $1),
+      deleted AS (DELETE FROM ${slots} WHERE ctid IN (SELECT ctid FROM doomed) RETURNING 1)
+      SELECT count(*)::integer AS n FROM deleted`,
+
+    /** Deletes up to $1 expired effect rows; returns how many as `n`. */
+    purgeEffects: `
+      WITH doomed AS (SELECT ctid FROM ${effects} WHERE expires_at < now() LIMIT $1),
+      deleted AS (DELETE FROM ${effects} WHERE ctid IN (SELECT ctid FROM doomed) RETURNING 1)
+      SELECT count(*)::integer AS n FROM deleted`,
+
+    /**
+     * The migration to SCHEMA_VERSION, idempotent: every object is created only if missing, so a
+     * second run (or a second replica running it at the same moment, serialised by
+     * MIGRATION_LOCK_KEY) changes nothing. Run inside one transaction.
+     */
+    migration: [
+      `SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`,
+      `CREATE SCHEMA IF NOT EXISTS ${s}`,
+      `CREATE TABLE IF NOT EXISTS ${slots} (
+        job_id          text        NOT NULL CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$'),
+        slot_window     text        NOT NULL CHECK (slot_window ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$'),
+        state           text        NOT NULL CHECK (state IN ('RUNNING', 'DONE', 'RELEASED', 'FAILED')),
+        owner           text        NOT NULL,
+        epoch           integer     NOT NULL CHECK (epoch >= 1),
+        lease_until     timestamptz,
+        attempts        integer     NOT NULL,
+        failures        integer     NOT NULL DEFAULT 0,
+        max_attempts    integer     NOT NULL,
+        claimed_at      timestamptz NOT NULL,
+        claimer_clock   timestamptz NOT NULL,
+        previous_owner  text,
+        previous_state  text,
+        execution_id    text,
+        attempt_number  integer,
+        invocation_id   text,
+        summary         jsonb,
+        last_error      text,
+        completed_at    timestamptz,
+        expires_at      timestamptz NOT NULL,
+        PRIMARY KEY (job_id, slot_window)
+      )`,
+      `CREATE TABLE IF NOT EXISTS ${effects} (
+        job_id       text        NOT NULL,
+        slot_window  text        NOT NULL,
+        key_hash     text        COLLATE "C" NOT NULL CHECK (length(key_hash) BETWEEN 1 AND 512),
+        state        text        NOT NULL CHECK (state IN ('RESERVED', 'DONE')),
+        epoch        integer     NOT NULL,
+        owner        text        NOT NULL,
+        reserved_at  timestamptz NOT NULL,
+        done_at      timestamptz,
+        expires_at   timestamptz NOT NULL,
+        PRIMARY KEY (job_id, slot_window, key_hash)
+      )`,
+      `CREATE INDEX IF NOT EXISTS slots_expires_at ON ${slots} (expires_at)`,
+      `CREATE INDEX IF NOT EXISTS effects_expires_at ON ${effects} (expires_at)`,
+      `CREATE TABLE IF NOT EXISTS ${s}.schema_version (
+        version     integer     PRIMARY KEY,
+        applied_at  timestamptz NOT NULL DEFAULT now()
+      )`,
+      `INSERT INTO ${s}.schema_version (version) VALUES (${SCHEMA_VERSION}) ON CONFLICT DO NOTHING RETURNING version`,
+    ],
+  } as const;
+}
+
+/** The statements of one schema. */
+export type SlotguardSql = ReturnType<typeof sqlFor>;
+
+/** Ends a transaction, keeping its writes. */
+export const COMMIT = 'COMMIT';
+/** Ends a transaction, discarding its writes. */
+export const ROLLBACK = 'ROLLBACK';
+
+/** The limits a connection actually runs with, to check a pool whose connections should carry them. */
+export const READ_SESSION_TIMEOUTS = `SELECT current_setting('statement_timeout') AS "statementMs",
+  current_setting('lock_timeout') AS "lockMs",
+  current_setting('idle_in_transaction_session_timeout') AS "idleInTransactionMs"`;
+
+/** Session limits applied with SET LOCAL at the start of a transaction. */
+export interface TransactionTimeouts {
+  readonly statementMs: number;
+  readonly lockMs: number;
+  readonly idleInTransactionMs: number;
+}
+
+/**
+ * `BEGIN`, optionally followed by SET LOCAL of the timeouts, sent as one simple-protocol message
+ * (one round trip). SET LOCAL lasts until the transaction ends, so no setting outlives it on a
+ * connection that a proxy hands to someone else next. SET takes no bind parameters: the values are
+ * whole numbers validated by the backend's constructor, and are checked again here.
+ */
+export function beginTransaction(timeouts?: TransactionTimeouts): string {
+  if (!timeouts) return 'BEGIN';
+  const ms = (value: number) => {
+    if (!Number.isSafeInteger(value) || value < 0) {
+      throw new ConfigurationError('timeouts', `timeout ${value} is not a whole number of milliseconds`);
+    }
+    return String(value);
+  };
+  return (
+    `BEGIN; SET LOCAL statement_timeout = ${ms(timeouts.statementMs)}; ` +
+    `SET LOCAL lock_timeout = ${ms(timeouts.lockMs)}; ` +
+    `SET LOCAL idle_in_transaction_session_timeout = ${ms(timeouts.idleInTransactionMs)}`
+  );
+}
