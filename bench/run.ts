@@ -1,26 +1,25 @@
 /**
- * `npm run bench`: the guarded fan-out against an unguarded loop, side by side in one run, on the
- * same embedded DynamoDB (dynalite on loopback) and with the same simulated send latency.
- * Reports DynamoDB requests and write units per recipient and recipients per second at
- * concurrency 1, 16 and 64, and writes docs/benchmarks.md.
+ * `npm run bench`: slotguard's guarded fan-out side by side with an unguarded loop and with
+ * Powertools' idempotency utility wrapping each send, in one run, against the same embedded
+ * DynamoDB (dynalite on loopback, its own thread) and the same simulated send latency. Rewrites
+ * docs/benchmarks.md and docs/benchmarks.svg. Numbers here are for comparing the variants on one
+ * machine, not DynamoDB's own speed.
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { arch, cpus, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
-const { weeklyReportJob } = await import('../functions/weekly-report/job.js');
-const { syntheticCustomers } = await import('../functions/weekly-report/recipients.js');
 const { startEmbeddedDynamo } = await import('../local/embedded-dynamo.js');
-const { createDynamoClient, dynamoBackend, ensureClaimsTable } = await import(
+const { createDynamoClient, ensureClaimsTable } = await import(
   '../shared/backends/dynamodb/dynamodb-backend.js'
 );
-const { drainConcurrently } = await import('../shared/effects/concurrent-drain.js');
-const { hmacEffectKeys } = await import('../shared/effects/effect-key.js');
-const { createJobHandler } = await import('../shared/job/lambda-handler.js');
-const { silentLog } = await import('../shared/telemetry/log.js');
-const { emfMetrics } = await import('../shared/telemetry/metrics.js');
 const { meterRequests } = await import('./request-meter.js');
+const { createPowertoolsTable, latencySender, powertoolsIdempotency, slotguard, unguardedLoop } =
+  await import('./variants.js');
+const { measureBundle } = await import('./bundle.js');
+const { barChartSvg } = await import('./chart.js');
+const { createJobHandler } = await import('../shared/job/lambda-handler.js');
 
 const { values } = parseArgs({
   options: {
@@ -30,117 +29,224 @@ const { values } = parseArgs({
   },
 });
 const RECIPIENTS = Number(values.recipients);
-const SEND_LATENCY_MS = Number(values.latency);
-const CONCURRENCIES = [1, 16, 64];
-
-interface Row {
-  readonly variant: 'unguarded loop' | 'slotguard';
-  readonly concurrency: number;
-  readonly recipients: number;
-  readonly seconds: number;
-  readonly requestsPerRecipient: number;
-  readonly writeUnitsPerRecipient: number;
-  readonly sends: number;
-}
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-/** A sender that takes a fixed time, like an SES call, and counts what it sent. */
-function latencySender() {
-  let sends = 0;
-  return {
-    sender: {
-      async send(_message: { to: string; subject: string; text: string }) {
-        await sleep(SEND_LATENCY_MS);
-        sends++;
-      },
-    },
-    sends: () => sends,
-  };
-}
+const LATENCY_MS = Number(values.latency);
+const CONCURRENCIES = [1, 16, 64] as const;
 
 const dynamo = await startEmbeddedDynamo({ thread: true });
 const client = createDynamoClient({ endpoint: dynamo.endpoint, region: 'us-east-1' });
 const meter = meterRequests(client);
-const tableName = 'bench-claims';
-await ensureClaimsTable(client, tableName);
-const rows: Row[] = [];
+await ensureClaimsTable(client, 'bench-claims');
+await createPowertoolsTable(client, 'bench-idempotency');
+const variants = [
+  unguardedLoop,
+  slotguard(client, 'bench-claims'),
+  powertoolsIdempotency(client, 'bench-idempotency'),
+];
 
-for (const concurrency of CONCURRENCIES) {
-  // Concurrency 1 is latency-bound: a smaller list keeps the run short without changing the rate.
-  const recipients = concurrency === 1 ? Math.min(RECIPIENTS, 500) : RECIPIENTS;
+let windowSeq = 0;
+/** A fresh window per measurement, so no variant sees another's records. */
+const freshWindow = () =>
+  new Date(Math.floor(Date.now() / 60_000) * 60_000 - ++windowSeq * 60_000).toISOString().replace('.000', '');
 
-  const plain = latencySender();
-  let started = performance.now();
-  await drainConcurrently(syntheticCustomers(recipients), concurrency, (c) =>
-    plain.sender.send({ to: c.email, subject: '', text: '' }),
-  );
-  rows.push({
-    variant: 'unguarded loop',
-    concurrency,
-    recipients,
+interface Measured {
+  readonly requests: number;
+  readonly writeUnits: number;
+  readonly sends: number;
+  readonly seconds: number;
+}
+async function measure(
+  run: (sender: ReturnType<typeof latencySender>['sender']) => Promise<void>,
+): Promise<Measured> {
+  const counted = latencySender(LATENCY_MS);
+  meter.reset();
+  const started = performance.now();
+  await run(counted.sender);
+  return {
+    requests: meter.requests(),
+    writeUnits: meter.writeUnits(),
+    sends: counted.sends(),
     seconds: (performance.now() - started) / 1000,
-    requestsPerRecipient: 0,
-    writeUnitsPerRecipient: 0,
-    sends: plain.sends(),
-  });
+  };
+}
+const log = (line: string) => process.stdout.write(`${line}\n`);
+const n = (value: number, digits = 0) =>
+  value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
-  const guarded = latencySender();
-  const job = weeklyReportJob({ customers: () => syntheticCustomers(recipients), sender: guarded.sender });
-  const handler = createJobHandler(job, {
-    backend: dynamoBackend({ client, tableName, hashKey: hmacEffectKeys('bench-secret-0123456789abcdef') }),
-    metrics: () => emfMetrics({ jobId: job.id, write: () => {} }),
-    log: silentLog,
-    options: { effectConcurrency: concurrency },
-  });
+// 1. One fire, one replica: what the guard costs per recipient, and how fast it goes.
+const fanOut: { variant: string; concurrency: number; recipients: number; m: Measured }[] = [];
+for (const concurrency of CONCURRENCIES) {
+  // Concurrency 1 is bound by the send latency: a shorter list gives the same rate sooner.
+  const recipients = concurrency === 1 ? Math.min(RECIPIENTS, 500) : RECIPIENTS;
+  for (const variant of variants) {
+    const window = freshWindow();
+    const m = await measure((sender) => variant.fire(window, recipients, concurrency, sender));
+    fanOut.push({ variant: variant.name, concurrency, recipients, m });
+    log(`fan-out  c=${concurrency} ${variant.name}: ${n(recipients / m.seconds)} recipients/s`);
+  }
+}
+
+// 2. The incident: 3 replicas fire one window at once; then a 4th fire after it is done.
+const incident: { variant: string; fire: Measured; duplicate: Measured }[] = [];
+const INCIDENT_RECIPIENTS = Math.min(RECIPIENTS, 2000);
+for (const variant of variants) {
+  const window = freshWindow();
+  const counted = latencySender(LATENCY_MS);
+  meter.reset();
+  let started = performance.now();
+  await Promise.all([1, 2, 3].map(() => variant.fire(window, INCIDENT_RECIPIENTS, 16, counted.sender)));
+  const fire = {
+    requests: meter.requests(),
+    writeUnits: meter.writeUnits(),
+    sends: counted.sends(),
+    seconds: (performance.now() - started) / 1000,
+  };
   meter.reset();
   started = performance.now();
-  const window = new Date(Math.floor(Date.now() / 60_000) * 60_000 - concurrency * 60_000).toISOString();
-  await handler({ jobId: job.id, scheduledTime: window, attemptNumber: '1' });
-  rows.push({
-    variant: 'slotguard',
-    concurrency,
-    recipients,
+  const late = latencySender(LATENCY_MS);
+  await variant.fire(window, INCIDENT_RECIPIENTS, 16, late.sender);
+  const duplicate = {
+    requests: meter.requests(),
+    writeUnits: meter.writeUnits(),
+    sends: late.sends(),
     seconds: (performance.now() - started) / 1000,
-    requestsPerRecipient: meter.requests() / recipients,
-    writeUnitsPerRecipient: meter.writeUnits() / recipients,
-    sends: guarded.sends(),
-  });
-  process.stdout.write(`concurrency ${concurrency}: done\n`);
+  };
+  incident.push({ variant: variant.name, fire, duplicate });
+  log(
+    `incident ${variant.name}: ${fire.sends} sends; a late fire: ${duplicate.requests} requests, ${duplicate.sends} sends`,
+  );
 }
+
+// 3. 100 replicas race for one slot.
+const { weeklyReportJob } = await import('../functions/weekly-report/job.js');
+const { syntheticCustomers } = await import('../functions/weekly-report/recipients.js');
+const { dynamoBackend } = await import('../shared/backends/dynamodb/dynamodb-backend.js');
+const { hmacEffectKeys } = await import('../shared/effects/effect-key.js');
+const { silentLog } = await import('../shared/telemetry/log.js');
+const { emfMetrics } = await import('../shared/telemetry/metrics.js');
+const raceSender = latencySender(LATENCY_MS);
+const raceJob = weeklyReportJob({ customers: () => syntheticCustomers(10), sender: raceSender.sender });
+const raceHandler = createJobHandler(raceJob, {
+  backend: dynamoBackend({
+    client,
+    tableName: 'bench-claims',
+    hashKey: hmacEffectKeys('bench-secret-0123456789abcdef'),
+  }),
+  metrics: () => emfMetrics({ jobId: raceJob.id, write: () => {} }),
+  log: silentLog,
+});
+const raceWindow = freshWindow();
+meter.reset();
+const raceResults = await Promise.all(
+  Array.from({ length: 100 }, (_, i) =>
+    raceHandler({
+      jobId: 'weekly-report',
+      scheduledTime: raceWindow,
+      attemptNumber: '1',
+      executionId: `r${i}`,
+    }),
+  ),
+);
+const race = {
+  winners: raceResults.filter((r) => r.status === 'completed').length,
+  standDowns: raceResults.filter((r) => r.status === 'duplicate').length,
+  claimRequests: meter.byOperation.get('UpdateItem') ?? 0,
+  reads: meter.byOperation.get('GetItem') ?? 0,
+  requests: meter.requests(),
+  sends: raceSender.sends(),
+};
+log(`race: ${race.winners} winner, ${race.standDowns} stood down, ${race.requests} requests`);
 client.destroy();
 await dynamo.close();
 
-const table = [
-  '| variant | concurrency | recipients | recipients/s | DynamoDB requests / recipient | write units / recipient | emails sent |',
+// 4. The handler's bundle, as the construct builds it.
+const lambdaEnv = {
+  SLOTGUARD_JOB_ID: 'weekly-report',
+  SLOTGUARD_TABLE_NAME: 'claims',
+  SLOTGUARD_EFFECT_KEY_SECRET: 'bench-secret-0123456789abcdef',
+  SLOTGUARD_SES_FROM: 'reports@example.com',
+  AWS_REGION: 'eu-west-1',
+};
+const bundle = await measureBundle('functions/weekly-report/handler.ts', lambdaEnv);
+log(`bundle: ${n(bundle.bytes / 1024, 1)} KiB, init ${n(bundle.initMs, 1)} ms`);
+
+// The report.
+const fanOutTable = [
+  '| variant | concurrency | recipients | recipients/s | requests / recipient | write units / recipient | emails sent |',
   '|---|---:|---:|---:|---:|---:|---:|',
-  ...rows.map(
+  ...fanOut.map(
     (r) =>
-      `| ${r.variant} | ${r.concurrency} | ${r.recipients} | ${Math.round(r.recipients / r.seconds)} | ` +
-      `${r.requestsPerRecipient.toFixed(3)} | ${r.writeUnitsPerRecipient.toFixed(3)} | ${r.sends} |`,
+      `| ${r.variant} | ${r.concurrency} | ${n(r.recipients)} | ${n(r.recipients / r.m.seconds)} | ` +
+      `${n(r.m.requests / r.recipients, 3)} | ${n(r.m.writeUnits / r.recipients, 3)} | ${n(r.m.sends)} |`,
   ),
 ].join('\n');
-const pkg = (name: string) =>
-  import(`${name}/package.json`, { with: { type: 'json' } })
-    .then((m) => m.default.version as string)
-    .catch(() => '?');
+const incidentTable = [
+  '| variant | emails sent by 3 replicas | requests | a 4th fire after completion: requests | its emails |',
+  '|---|---:|---:|---:|---:|',
+  ...incident.map(
+    (r) =>
+      `| ${r.variant} | ${n(r.fire.sends)} | ${n(r.fire.requests)} | ${n(r.duplicate.requests)} | ${n(r.duplicate.sends)} |`,
+  ),
+].join('\n');
+const pkg = async (name: string) =>
+  (JSON.parse(readFileSync(`node_modules/${name}/package.json`, 'utf8')) as { version: string }).version;
 const doc = `# Benchmarks
 
-Generated by \`npm run bench\` on ${new Date().toISOString().slice(0, 10)}. Do not edit by hand.
+Generated by \`npm run bench\` on ${new Date().toISOString().slice(0, 10)}; do not edit by hand.
+Every variant runs in the same process against the same embedded DynamoDB (dynalite
+${await pkg('dynalite')} on loopback, on its own thread), and every send takes a fixed ${LATENCY_MS} ms
+(a stand-in for an SES call). dynalite is far slower than DynamoDB, so absolute rates are this
+machine's; requests and write units per recipient are what DynamoDB would bill.
 
-The weekly report's fan-out, guarded by slotguard and as a plain loop, side by side in one run
-against the same embedded DynamoDB (dynalite ${await pkg('dynalite')} on loopback, its own thread),
-with every send taking a fixed ${SEND_LATENCY_MS} ms (a stand-in for an SES call).
+![recipients per second](benchmarks.svg)
 
-${table}
+## One fire, one replica
 
-- Requests per recipient: one conditional PutItem (the reservation) plus 1/25 of a BatchWriteItem
-  (the done marks, 25 a request), plus the claim and completion spread over the list.
-- Write units per recipient: 2 (reservation and mark), plus the slot's own writes.
-- dynalite's speed is not DynamoDB's: the recipients/s of the guarded rows are bounded by this
-  machine's dynalite, and in AWS by the account's SES rate long before DynamoDB.
+${fanOutTable}
+
+- **slotguard**: one conditional PutItem (the reservation) per recipient, plus one BatchWriteItem
+  per 25 recipients (the done marks), plus the claim, its completion and lease renewals.
+- **Powertools idempotency** (${await pkg('@aws-lambda-powertools/idempotency')}), wrapping each send: a
+  conditional PutItem (IN_PROGRESS) and an UpdateItem (COMPLETED) per recipient.
+
+## The incident: three replicas fire one window, then a late fire (${n(INCIDENT_RECIPIENTS)} recipients)
+
+${incidentTable}
+
+A duplicate fire costs slotguard one conditional write and one read, and it stands down; a
+per-send idempotency wrapper has no slot to find, so every late fire walks the whole list again
+(a failed conditional put and a read per recipient). It also treats a record left IN_PROGRESS by a
+crashed run as retryable once its expiry passes, and sends again; slotguard reports it in doubt.
+
+## 100 replicas race for one slot
+
+| winners | stood down | claim writes | reads after a lost race | requests in all | emails |
+|---:|---:|---:|---:|---:|---:|
+| ${race.winners} | ${race.standDowns} | ${race.claimRequests} | ${race.reads} | ${race.requests} | ${race.sends} |
+
+Each loser costs one conditional UpdateItem and, because dynalite does not return the current item
+on a failed condition, one consistent GetItem; DynamoDB itself returns it (ALL_OLD), saving the read.
+
+## The handler
+
+| entry | bundle (minified, AWS SDK external) | gzip | module init (median of 7) | contains pg |
+|---|---:|---:|---:|---|
+| ${bundle.entry} | ${n(bundle.bytes / 1024, 1)} KiB | ${n(bundle.gzipBytes / 1024, 1)} KiB | ${n(bundle.initMs, 1)} ms | ${bundle.containsPg ? 'yes' : 'no'} |
 
 Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, ${Math.round(totalmem() / 2 ** 30)} GiB, ${arch()},
-Node ${process.version}, @aws-sdk/client-dynamodb ${await pkg('@aws-sdk/client-dynamodb')}.
+Node ${process.version}; @aws-sdk/client-dynamodb ${await pkg('@aws-sdk/client-dynamodb')}.
 `;
 writeFileSync(values.out, doc);
-process.stdout.write(`\n${table}\n\nwrote ${values.out}\n`);
+const svg = barChartSvg(
+  `Recipients per second, one fire, ${LATENCY_MS} ms per send (higher is faster)`,
+  'recipients / s',
+  variants.map((v) => v.name),
+  CONCURRENCIES.map((concurrency) => ({
+    label: `concurrency ${concurrency}`,
+    values: variants.map((v) => {
+      const row = fanOut.find((r) => r.variant === v.name && r.concurrency === concurrency);
+      return row ? row.recipients / row.m.seconds : 0;
+    }),
+  })),
+);
+writeFileSync(values.out.replace(/\.md$/, '.svg'), svg);
+log(`\nwrote ${values.out} and its chart`);
