@@ -48,7 +48,8 @@ export function barChartSvg(
       `<text x="${left + si * 190 + 18}" y="${height - 14}" font-size="12">${esc(name)}</text>`,
   );
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" role="img">`,
+    `<title>${esc(title)}</title>`,
     `<rect width="100%" height="100%" fill="white"/>`,
     `<text x="${width / 2}" y="24" font-size="15" text-anchor="middle">${esc(title)}</text>`,
     `<line x1="${left}" y1="${top + plotHeight}" x2="${width - 20}" y2="${top + plotHeight}" stroke="#333"/>`,
