@@ -67,6 +67,14 @@ export class EffectRunner {
   #stopReason: StopReason | undefined;
   #notAttempted = 0;
   #unmarked = 0;
+  #closed = false;
+  /**
+   * Keys this run is handling, or has handled without a durable outcome: reserving, in flight, mark
+   * pending, or in doubt. A second `once()` for one of them (a list naming a recipient twice) is
+   * skipped: the ledger would show it our own reservation, which it cannot tell from our own lost
+   * reply, and perform it again. Bounded by the concurrency, a mark batch and this run's in-doubt count.
+   */
+  readonly #unsettled = new Set<string>();
 
   constructor(options: EffectRunnerOptions) {
     this.#o = options;
@@ -95,13 +103,25 @@ export class EffectRunner {
     return this.#stopReason !== undefined;
   }
 
+  /** Takes no new effect from now on: the run is finishing. Effects already under way finish. */
+  close(): void {
+    this.#closed = true;
+  }
+
   /** Guards one effect: performs `perform` at most once for this key across every run of the slot. */
   async once(effectKey: string, perform: (signal: AbortSignal) => Promise<void>): Promise<EffectResult> {
-    if (this.stopping()) {
+    if (this.#closed || this.stopping()) {
       this.#notAttempted++;
       return 'stopped';
     }
     const keyHash = this.#o.hashKey(effectKey);
+    if (this.#unsettled.has(keyHash)) {
+      // The same key again in this run: already handled here.
+      this.#skipped++;
+      this.#o.metrics.count(MetricName.EffectSkipped);
+      return 'skipped';
+    }
+    this.#unsettled.add(keyHash);
     let reservation: Awaited<ReturnType<EffectLedger['reserve']>>;
     try {
       reservation = await this.#o.ledger.reserve(this.#o.claim, keyHash, {
@@ -116,6 +136,8 @@ export class EffectRunner {
       this.#o.onEffectError?.(keyHash, error);
       return 'stopped';
     }
+    // A key in doubt stays remembered, so a second occurrence is not counted in doubt twice.
+    if (reservation.kind === 'done' || reservation.kind === 'fenced') this.#unsettled.delete(keyHash);
     switch (reservation.kind) {
       case 'done':
         this.#skipped++;
@@ -161,6 +183,7 @@ export class EffectRunner {
       this.#o.onEffectError?.(keyHash, error);
       if (error instanceof EffectNotPerformedError) {
         await this.#o.ledger.unreserve(this.#o.claim, keyHash);
+        this.#unsettled.delete(keyHash);
         this.#failed++;
         this.#o.metrics.count(MetricName.EffectFailed);
         return 'failed';
@@ -192,6 +215,9 @@ export class EffectRunner {
     // this window; it is counted (unmarked) and never retried as a send.
     this.#flushing = this.#flushing
       .then(() => this.#o.ledger.markDone(this.#o.claim, batch))
+      .then(() => {
+        for (const keyHash of batch) this.#unsettled.delete(keyHash);
+      })
       .catch((error: unknown) => {
         this.#unmarked += batch.length;
         this.#o.onEffectError?.('(mark batch)', error);

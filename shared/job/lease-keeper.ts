@@ -42,7 +42,9 @@ export class LeaseKeeper {
   constructor(options: LeaseKeeperOptions) {
     this.#options = options;
     this.#leaseEndsAt = options.claimSentAt + options.leaseMs;
-    this.#scheduleRenew();
+    // Counted from when the claim was sent, like the lease: a slow claim reply must not push the
+    // first renewal past the lease's end.
+    this.#scheduleRenew(options.claimSentAt);
     this.#scheduleExpiry();
   }
 
@@ -75,8 +77,11 @@ export class LeaseKeeper {
     this.#cancelExpiry();
   }
 
-  #scheduleRenew(): void {
-    this.#cancelRenew = this.#options.clock.schedule(this.#options.renewEveryMs, () => void this.#renew());
+  /** The next renewal, `renewEveryMs` after the previous write of the lease was sent. */
+  #scheduleRenew(lastSentAt: number): void {
+    const { clock, renewEveryMs } = this.#options;
+    const wait = Math.max(0, lastSentAt + renewEveryMs - clock.now());
+    this.#cancelRenew = clock.schedule(wait, () => void this.#renew());
   }
 
   #scheduleExpiry(): void {
@@ -106,7 +111,9 @@ export class LeaseKeeper {
       // A failed renewal (throttled, unreachable) is not a lost lease: try again at the next tick. If
       // none succeeds before the lease ends, the expiry timer stops the work.
     }
-    if (!this.#stopped && !this.#controller.signal.aborted) this.#scheduleRenew();
+    // Due an interval after this attempt was sent, not after its reply: a slow reply must not push
+    // the next renewal towards the lease's end.
+    if (!this.#stopped && !this.#controller.signal.aborted) this.#scheduleRenew(sentAt);
   }
 
   #lose(message: string): void {

@@ -199,6 +199,8 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
   } catch (error) {
     jobError = error;
   }
+  // A job's own stray work (a `once` it did not await) reserves nothing once the run is finishing.
+  effects.close();
   await effects.settle();
   lease.stop();
   return finish(args, claim, effects, jobError, lease.signal.aborted);

@@ -78,6 +78,7 @@ export function parseSchedulerEvent(
       ...(executionId !== undefined ? { executionId } : {}),
       ...(attemptNumber !== undefined ? { attemptNumber } : {}),
       invocationId,
+      ...(fields.backfilled === true ? { backfilled: true } : {}),
     },
     payload: fields.payload,
     backfilled: fields.backfilled === true,

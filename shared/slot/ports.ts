@@ -27,6 +27,8 @@ export interface Delivery {
   readonly attemptNumber?: number;
   /** The Lambda request id, or the local runner's replica name. */
   readonly invocationId?: string;
+  /** Fired late on purpose for a missed window (the operator CLI's backfill, the local runner's catch-up). */
+  readonly backfilled?: boolean;
 }
 
 export interface LeaseRequest {

@@ -281,3 +281,23 @@ describe('effects that fail', () => {
     });
   });
 });
+
+describe('a list that names a recipient twice', () => {
+  it('emails that recipient once and counts the repeat as skipped', async () => {
+    const table = await dynamo.freshTable();
+    const sender = new CountingSender();
+    const clock = new ManualClock(Date.parse(WINDOW) + 500);
+    const twice = async function* () {
+      for (const id of ['c1', 'c2', 'c1', 'c3', 'c2', 'c1']) yield { id, email: `customer-${id}@example.com` };
+    };
+    const { handler } = testHandler(
+      weeklyReportJob({ customers: () => twice(), sender, concurrency: 2 }),
+      testBackend(dynamo.client(), table),
+      { clock },
+    );
+    const result = await handler(schedulerEvent('weekly-report', WINDOW));
+    expect(result).toMatchObject({ status: 'completed', summary: { done: 3, skipped: 3, inDoubt: 0 } });
+    expect(sender.total).toBe(3);
+    expect(sender.duplicates()).toBe(0);
+  });
+});

@@ -34,8 +34,11 @@ export interface DynamoClaimStoreOptions {
   readonly returnOldOnConflict?: boolean;
 }
 
-/** Attribute names, kept in one place so every expression uses the same spelling. */
-const A = {
+/**
+ * Attribute names of a slot item, kept in one place so every expression uses the same spelling
+ * (the operator store, dynamodb-operator-store.ts, writes the same item).
+ */
+export const SlotAttribute = {
   state: 'state',
   owner: 'owner',
   epoch: 'epoch',
@@ -45,6 +48,7 @@ const A = {
   executionId: 'executionId',
   attemptNumber: 'attemptNumber',
   invocationId: 'invocationId',
+  backfilled: 'backfilled',
   claimedAt: 'claimedAt',
   completedAt: 'completedAt',
   summary: 'summary',
@@ -54,6 +58,7 @@ const A = {
   maxAttempts: 'maxAttempts',
   expiresAt: TableLayout.ttlAttribute,
 } as const;
+const A = SlotAttribute;
 
 const NAMES = Object.fromEntries(Object.values(A).map((name) => [`#${name}`, name]));
 
@@ -110,6 +115,7 @@ export class DynamoClaimStore implements ClaimStore {
       ':attemptNumber': num(lease.delivery.attemptNumber ?? 0),
       ':invocationId': str(lease.delivery.invocationId ?? ''),
       ':maxAttempts': num(lease.maxAttempts),
+      ':backfilled': { BOOL: lease.delivery.backfilled === true },
     };
     const isNew = 'attribute_not_exists(#state)';
     const isExpiredLease = '(#state = :running AND #leaseUntil < :now)';
@@ -124,7 +130,8 @@ export class DynamoClaimStore implements ClaimStore {
             '#leaseUntil = :leaseUntil, #attempts = if_not_exists(#attempts, :zero) + :one, ' +
             '#failures = if_not_exists(#failures, :zero), #claimedAt = :now, #expiresAt = :expiresAt, ' +
             '#jobId = :jobId, #window = :window, #executionId = :executionId, ' +
-            '#attemptNumber = :attemptNumber, #invocationId = :invocationId, #maxAttempts = :maxAttempts',
+            '#attemptNumber = :attemptNumber, #invocationId = :invocationId, #maxAttempts = :maxAttempts, ' +
+            '#backfilled = :backfilled',
           ConditionExpression: `${isNew} OR ${isExpiredLease} OR ${isReleased}`,
           ExpressionAttributeNames: pick(NAMES, [
             A.state,
@@ -141,6 +148,7 @@ export class DynamoClaimStore implements ClaimStore {
             A.attemptNumber,
             A.invocationId,
             A.maxAttempts,
+            A.backfilled,
           ]),
           ExpressionAttributeValues: values,
           ReturnValues: 'ALL_OLD',
@@ -245,7 +253,8 @@ export class DynamoClaimStore implements ClaimStore {
       await this.#fencedUpdate(claim, update, values, names);
       return { kind: 'ok' };
     } catch (error) {
-      if (!(error instanceof ConditionalCheckFailedException)) throw storeError(target, claim.slot, error);
+      if (!(error instanceof ConditionalCheckFailedException))
+        throw storeError(target === SlotState.Done ? 'complete' : 'release', claim.slot, error);
       const current = await this.#current(claim.slot, error);
       if (current && isOurs(current, claim) && current.state === target) return { kind: 'ok' };
       return { kind: 'fenced', ...fencedBy(current) };
@@ -347,6 +356,7 @@ function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord 
       executionId: item[A.executionId]?.S ?? '',
       attemptNumber: num$(item, A.attemptNumber),
       invocationId: item[A.invocationId]?.S ?? '',
+      ...(item[A.backfilled]?.BOOL ? { backfilled: true } : {}),
     },
     expiresAtSeconds: num$(item, A.expiresAt),
     ...(summary ? { summary: JSON.parse(summary) as RunSummary } : {}),

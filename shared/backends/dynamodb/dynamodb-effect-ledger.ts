@@ -125,10 +125,21 @@ export class DynamoEffectLedger implements EffectLedger {
   }
 
   async read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
-    const result = await this.#client.send(
-      new GetItemCommand({ TableName: this.#table, Key: this.#key(slot, keyHash), ConsistentRead: true }),
-    );
-    return result.Item ? toRecord(keyHash, result.Item) : undefined;
+    try {
+      const result = await this.#client.send(
+        new GetItemCommand({ TableName: this.#table, Key: this.#key(slot, keyHash), ConsistentRead: true }),
+      );
+      return result.Item ? toRecord(keyHash, result.Item) : undefined;
+    } catch (error) {
+      // Also the read behind a lost race (reserve without ALL_OLD, the in-doubt takeover): as a
+      // StoreError the runner stops and yields; a raw SDK error would fail the job.
+      throw new StoreError(
+        'readEffect',
+        `DynamoDB read of an effect of slot ${slot.jobId} ${slot.window} failed after the client's retries ` +
+          `(${error instanceof Error ? `${error.name}: ${error.message}` : String(error)})`,
+        { cause: error },
+      );
+    }
   }
 
   async *list(slot: Slot): AsyncIterable<EffectRecord> {

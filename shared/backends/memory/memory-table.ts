@@ -1,0 +1,172 @@
+import type { EffectState, SlotState } from '../../slot/ports.js';
+import type { Slot } from '../../slot/slot.js';
+import { effectShard, slotPartitionKey } from '../dynamodb/table-layout.js';
+import { ProtocolAudit } from './protocol-audit.js';
+
+/** A slot item, attribute for attribute the DynamoDB adapter's (see dynamodb-claim-store.ts). */
+export interface SlotItem {
+  readonly state: SlotState;
+  readonly owner: string;
+  readonly epoch: number;
+  /** Removed on completion, as `REMOVE #leaseUntil` does. */
+  readonly leaseUntil?: number;
+  readonly attempts: number;
+  readonly failures: number;
+  readonly claimedAt: number;
+  readonly expiresAt: number;
+  readonly jobId: string;
+  readonly window: string;
+  readonly executionId: string;
+  readonly attemptNumber: number;
+  readonly invocationId: string;
+  /** Written by every claim: whether this delivery was a deliberate late fire (a backfill). */
+  readonly backfilled: boolean;
+  readonly maxAttempts: number;
+  readonly completedAt?: number;
+  /** The run summary as JSON, stored as DynamoDB stores it, so every read gets its own copy. */
+  readonly summary?: string;
+  readonly lastError?: string;
+}
+
+/** An effect item, as the DynamoDB adapter writes it. */
+export interface EffectItem {
+  readonly state: EffectState;
+  readonly epoch: number;
+  readonly owner: string;
+  readonly expiresAt: number;
+}
+
+/** The port operation a write belongs to: the audit judges each write by it. */
+export type StoreOperation =
+  | 'claim'
+  | 'renew'
+  | 'complete'
+  | 'release'
+  | 'read'
+  | 'reserve'
+  | 'markDone'
+  | 'unreserve'
+  | 'readEffect'
+  | 'list';
+
+/** A condition on the current item, with the DynamoDB ConditionExpression it stands for. */
+export interface Condition<I> {
+  /** The expression as the DynamoDB adapter writes it, for logs and step traces. */
+  readonly expression: string;
+  holds(item: I | undefined): boolean;
+}
+
+/** One conditional write: PutItem, UpdateItem or DeleteItem with a ConditionExpression. */
+export interface ConditionalWrite<I> {
+  readonly operation: StoreOperation;
+  readonly slot: Slot;
+  /** The grant the write is made under, for the audit. */
+  readonly by?: { readonly owner: string; readonly epoch: number };
+  /**
+   * The table's version when the caller issued the request. A request can arrive long after it was
+   * issued (a slow network, a frozen process); the audit tells the two apart.
+   */
+  readonly issuedAt: number;
+  /** Absent: unconditional. */
+  readonly condition?: Condition<I>;
+  /** The new item from the current one; undefined deletes it. */
+  readonly write: (item: I | undefined) => I | undefined;
+  /** ReturnValuesOnConditionCheckFailure ALL_OLD: a failed condition returns the item that failed it. */
+  readonly returnOldOnConflict: boolean;
+}
+
+/** What a conditional write came to: committed (with the item it replaced), or the condition failed. */
+export type WriteResult<I> =
+  | { readonly committed: true; readonly old: I | undefined }
+  /** `item` is present only when the write asked for it (returnOldOnConflict) and there was one. */
+  | { readonly committed: false; readonly item: I | undefined };
+
+/**
+ * The items of an in-memory claims table: slots and effects, keyed as in DynamoDB. Every method is
+ * synchronous, so a request applied to the table is atomic; when requests arrive, and whether their
+ * replies come back, is up to the transport that carries them (see memory-transport.ts).
+ *
+ * The table audits every committed write against the protocol's invariants (see ProtocolAudit):
+ * it behaves like DynamoDB, and it also says when what it was asked to accept broke the protocol.
+ */
+export class MemoryTable {
+  readonly audit = new ProtocolAudit();
+  readonly #slots = new Map<string, SlotItem>();
+  readonly #effects = new Map<string, Map<string, EffectItem>>();
+  #version = 0;
+
+  /** Grows by one with every committed write; requests are stamped with it when issued. */
+  get version(): number {
+    return this.#version;
+  }
+
+  getSlot(slot: Slot): SlotItem | undefined {
+    return this.#slots.get(slotKey(slot));
+  }
+
+  updateSlot(write: ConditionalWrite<SlotItem>): WriteResult<SlotItem> {
+    const key = slotKey(write.slot);
+    const current = this.#slots.get(key);
+    if (write.condition && !write.condition.holds(current)) {
+      return { committed: false, item: write.returnOldOnConflict ? current : undefined };
+    }
+    const next = write.write(current);
+    if (next) this.#slots.set(key, next);
+    else this.#slots.delete(key);
+    this.#version++;
+    this.audit.slotWritten(write, current, next, this.#version);
+    return { committed: true, old: current };
+  }
+
+  getEffect(slot: Slot, keyHash: string): EffectItem | undefined {
+    return this.#effects.get(slotKey(slot))?.get(keyHash);
+  }
+
+  updateEffect(keyHash: string, write: ConditionalWrite<EffectItem>): WriteResult<EffectItem> {
+    const effects = this.#effectsOf(write.slot);
+    const current = effects.get(keyHash);
+    if (write.condition && !write.condition.holds(current)) {
+      return { committed: false, item: write.returnOldOnConflict ? current : undefined };
+    }
+    const next = write.write(current);
+    if (next) effects.set(keyHash, next);
+    else effects.delete(keyHash);
+    this.#version++;
+    this.audit.effectWritten(write, keyHash, current, next);
+    return { committed: true, old: current };
+  }
+
+  /** BatchWriteItem of unconditional puts: each item lands, none is left unprocessed. */
+  putEffects(write: Omit<ConditionalWrite<EffectItem>, 'condition'>, keyHashes: readonly string[]): void {
+    for (const keyHash of keyHashes) this.updateEffect(keyHash, write);
+  }
+
+  /** A window's effects in the order a DynamoDB query of its shards returns them: by shard, then key. */
+  listEffects(slot: Slot): [string, EffectItem][] {
+    return [...this.#effectsOf(slot)].sort(
+      ([a], [b]) => effectShard(a) - effectShard(b) || (a < b ? -1 : a > b ? 1 : 0),
+    );
+  }
+
+  /**
+   * Deletes a slot record as DynamoDB's TTL would once it passes `expiresAt`. The runtime refuses
+   * windows old enough for this to happen; tests call it to show what would follow if it did not.
+   */
+  expireSlot(slot: Slot): void {
+    if (this.#slots.delete(slotKey(slot))) this.#version++;
+  }
+
+  #effectsOf(slot: Slot): Map<string, EffectItem> {
+    const key = slotKey(slot);
+    let effects = this.#effects.get(key);
+    if (!effects) {
+      effects = new Map();
+      this.#effects.set(key, effects);
+    }
+    return effects;
+  }
+}
+
+function slotKey(slot: Slot): string {
+  return slotPartitionKey(slot.jobId, slot.window);
+}

@@ -1,0 +1,201 @@
+import { describe, expect, it } from 'vitest';
+import type { MemoryBackend } from '../../shared/backends/memory/memory-backend.js';
+import {
+  type ConditionalWrite,
+  MemoryTable,
+  type SlotItem,
+  type WriteResult,
+} from '../../shared/backends/memory/memory-table.js';
+import type { SlotBackend } from '../../shared/job/run-slot.js';
+import type { ClaimStore, EffectLedger } from '../../shared/slot/ports.js';
+import { SlotState } from '../../shared/slot/ports.js';
+import { checkSimulation } from './run-simulation.js';
+import type { WorldVariant } from './simulation.js';
+
+/*
+ * Each test breaks one piece of the protocol, in the test's own construction of the store or in a
+ * wrapper around the ports the runtime sees (never in the runtime), and asserts that the
+ * simulation finds a case that violates the invariant guarding against it. A simulation that
+ * passes against a broken protocol would prove nothing about the real one.
+ */
+
+/** Cases a broken variant gets before the test gives up on the simulation finding it. */
+const BUDGET = 3_000;
+
+async function counterexample(variant: WorldVariant): Promise<string> {
+  const report = await checkSimulation({ variant, numRuns: BUDGET, endOnFailure: true });
+  expect(report.failure, `no counterexample in ${report.details.numRuns} cases`).toBeDefined();
+  console.info(`found after ${report.details.numRuns} cases (seed ${report.details.seed})`);
+  return report.failure ?? '';
+}
+
+/** A claim store passing every call through, except the ones `override` replaces. */
+function claimsWith(backend: MemoryBackend, override: Partial<ClaimStore>): ClaimStore {
+  const claims = backend.claims;
+  return {
+    claim: (...args) => claims.claim(...args),
+    renew: (...args) => claims.renew(...args),
+    complete: (...args) => claims.complete(...args),
+    release: (...args) => claims.release(...args),
+    read: (...args) => claims.read(...args),
+    ...override,
+  };
+}
+
+/** An effect ledger passing every call through, except the ones `override` replaces. */
+function ledgerWith(backend: MemoryBackend, override: Partial<EffectLedger>): EffectLedger {
+  const ledger = backend.ledger;
+  return {
+    reserve: (...args) => ledger.reserve(...args),
+    markDone: (...args) => ledger.markDone(...args),
+    unreserve: (...args) => ledger.unreserve(...args),
+    read: (...args) => ledger.read(...args),
+    list: (...args) => ledger.list(...args),
+    ...override,
+  };
+}
+
+function backendWith(
+  backend: MemoryBackend,
+  parts: { claims?: Partial<ClaimStore>; ledger?: Partial<EffectLedger> },
+): SlotBackend {
+  return {
+    claims: claimsWith(backend, parts.claims ?? {}),
+    ledger: ledgerWith(backend, parts.ledger ?? {}),
+    hashKey: backend.hashKey,
+  };
+}
+
+/** A table that swaps the condition of some slot writes before applying them. */
+function tableWithCondition(
+  operations: readonly ConditionalWrite<SlotItem>['operation'][],
+  condition: (write: ConditionalWrite<SlotItem>) => ConditionalWrite<SlotItem>['condition'],
+): () => MemoryTable {
+  return () =>
+    new (class extends MemoryTable {
+      override updateSlot(write: ConditionalWrite<SlotItem>): WriteResult<SlotItem> {
+        return super.updateSlot(
+          operations.includes(write.operation) ? { ...write, condition: condition(write) } : write,
+        );
+      }
+    })();
+}
+
+describe('the simulation catches a broken protocol', () => {
+  it('catches a second email when in-doubt effects are re-run', async () => {
+    // The opt-in rerun policy, forced on for emails, which are not idempotent.
+    const failure = await counterexample({
+      backend: (backend) =>
+        backendWith(backend, {
+          ledger: {
+            reserve: (claim, keyHash) => backend.ledger.reserve(claim, keyHash, { rerunInDoubt: true }),
+          },
+        }),
+    });
+    expect(failure).toMatch(/was delivered 2 times/);
+  });
+
+  it('catches an effect in doubt reported as skipped', async () => {
+    const failure = await counterexample({
+      backend: (backend) =>
+        backendWith(backend, {
+          ledger: {
+            reserve: async (claim, keyHash, options) => {
+              const outcome = await backend.ledger.reserve(claim, keyHash, options);
+              return outcome.kind === 'in-doubt' ? { kind: 'done' } : outcome;
+            },
+          },
+        }),
+    });
+    expect(failure).toMatch(/got nothing, yet the final summary reports it neither in doubt nor failed/);
+  });
+
+  it('catches an effect marked done before it was sent', async () => {
+    // A write-ahead mark: the ledger says done before the provider was asked, so a refused or lost
+    // send is reported as done (and a later run skips it).
+    const failure = await counterexample({
+      backend: (backend) =>
+        backendWith(backend, {
+          ledger: {
+            reserve: async (claim, keyHash, options) => {
+              const outcome = await backend.ledger.reserve(claim, keyHash, options);
+              if (outcome.kind === 'reserved') await backend.ledger.markDone(claim, [keyHash]);
+              return outcome;
+            },
+          },
+        }),
+    });
+    expect(failure).toMatch(/is marked done .* but was delivered 0 times|got nothing, yet the final summary/);
+  });
+
+  it('catches an epoch granted twice when a slot record is reaped before its window is over', async () => {
+    // A TTL counted from the lease rather than the window: an expired slot record is deleted, and
+    // the next claim starts again at epoch 1.
+    const failure = await counterexample({
+      backend: (backend) =>
+        backendWith(backend, {
+          claims: {
+            claim: (slot, lease, now) => {
+              const item = backend.table.getSlot(slot);
+              if (item?.state === SlotState.Running && (item.leaseUntil ?? 0) < now)
+                backend.table.expireSlot(slot);
+              return backend.claims.claim(slot, lease, now);
+            },
+          },
+        }),
+    });
+    expect(failure).toMatch(/granted epoch 1 .* after epoch \d+ had been granted: epochs must only grow/);
+  });
+
+  it('catches a stale holder’s write accepted when renew, complete and release check only the state', async () => {
+    const failure = await counterexample({
+      table: tableWithCondition(['renew', 'complete', 'release'], () => ({
+        expression: '#state = :running',
+        holds: (item) => item?.state === SlotState.Running,
+      })),
+    });
+    expect(failure).toMatch(/by stale owner .* was accepted on slot/);
+  });
+
+  it('catches a window completed twice when a claim is granted over a completed slot', async () => {
+    const failure = await counterexample({
+      table: tableWithCondition(['claim'], (write) => ({
+        expression: `${write.condition?.expression} OR #state = :done`,
+        holds: (item) => (write.condition?.holds(item) ?? true) || item?.state === SlotState.Done,
+      })),
+    });
+    expect(failure).toMatch(/completed 2 times|rewrote slot .* after it was completed/);
+  });
+});
+
+describe('a counterexample', () => {
+  it('replays exactly from the seed and path fast-check printed', async () => {
+    const rerun: WorldVariant = {
+      backend: (backend) =>
+        backendWith(backend, {
+          ledger: {
+            reserve: (claim, keyHash) => backend.ledger.reserve(claim, keyHash, { rerunInDoubt: true }),
+          },
+        }),
+    };
+    const found = await checkSimulation({ variant: rerun, numRuns: BUDGET });
+    const { seed, counterexamplePath, counterexample, errorInstance } = found.details;
+    expect(counterexamplePath).not.toBeNull();
+    const replayed = await checkSimulation({
+      variant: rerun,
+      numRuns: BUDGET,
+      seed,
+      path: counterexamplePath ?? '',
+    });
+    expect(replayed.details.numRuns).toBe(1);
+    // Same scenario, same scheduler step log, same violations, same trace: owner tokens aside,
+    // which the runtime draws at random per invocation.
+    expect(String(replayed.details.counterexample?.[1])).toBe(String(counterexample?.[1]));
+    expect(replayed.details.counterexample?.[0]).toEqual(counterexample?.[0]);
+    expect(withoutOwnerTokens(replayed.details.errorInstance)).toBe(withoutOwnerTokens(errorInstance));
+  });
+});
+
+function withoutOwnerTokens(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).replace(/[0-9a-f-]{36}/g, '<uuid>');
+}
