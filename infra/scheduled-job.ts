@@ -14,13 +14,13 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct, type IConstruct } from 'constructs';
 import { JOB_DEFAULTS, type JobSpec } from '../shared/job/job-spec.js';
 import { RuntimeEnv } from '../shared/job/runtime-env.js';
+import { type AnalysedSchedule, analyseSchedule } from '../shared/schedule/schedule-analysis.js';
 import { describe, JOB_ID_PATTERN } from '../shared/slot/slot.js';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
 import type { ClaimsBackend } from './claims-backend.js';
 import { sharedEffectKeySecret } from './effect-key-secret.js';
 import { InfraValidationError } from './infra-validation-error.js';
 import { CLOUDWATCH_ALARM_LIMITS, missedRunWindow } from './missed-run-window.js';
-import { type AnalysedSchedule, analyseSchedule } from './schedule-expression.js';
 
 /** How EventBridge Scheduler and Lambda retry a fire that did not get through. */
 export interface ScheduleRetryPolicy {
@@ -250,6 +250,8 @@ export class ScheduledJob extends Construct {
       description: `slotguard job ${job.id}`,
     });
     logGroup.grantWrite(role);
+    // Before the function exists: its VPC and bundle are fixed at creation.
+    const backendOptions = props.claims.functionOptions?.(this, job) ?? {};
 
     this.function = new nodejs.NodejsFunction(this, 'Function', {
       description: `slotguard: ${job.description}`.slice(0, 256),
@@ -267,6 +269,13 @@ export class ScheduledJob extends Construct {
       retryAttempts: Math.min(2, job.maxAttempts - 1),
       maxEventAge: retry.maxEventAge,
       deadLetterQueue: this.deadLetterQueue,
+      ...(backendOptions.vpc
+        ? {
+            vpc: backendOptions.vpc,
+            ...(backendOptions.vpcSubnets ? { vpcSubnets: backendOptions.vpcSubnets } : {}),
+            ...(backendOptions.securityGroups ? { securityGroups: backendOptions.securityGroups } : {}),
+          }
+        : {}),
       environment: {
         NODE_OPTIONS: '--enable-source-maps',
         [RuntimeEnv.jobId]: job.id,
@@ -291,8 +300,10 @@ export class ScheduledJob extends Construct {
         // CommonJS dependencies bundled into ESM still call require().
         banner:
           "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
+        ...(backendOptions.inject?.length ? { inject: [...backendOptions.inject] } : {}),
       },
     });
+    if (backendOptions.vpc) this.grantNetworkInterfaces(role);
     props.claims.bind(this.function, job.id);
     this.effectKeySecret.grantRead(this.function);
     if (ses) this.grantSendEmail(ses.identity, ses.fromAddress);
@@ -432,8 +443,7 @@ export class ScheduledJob extends Construct {
   private createMissedRunAlarm(props: ScheduledJobProps): cloudwatch.Alarm | undefined {
     const schedule = this.analysedSchedule;
     if (schedule.kind === 'at') return undefined;
-    const grace =
-      props.missedRunGrace ?? Duration.minutes(15);
+    const grace = props.missedRunGrace ?? Duration.minutes(15);
     const window = missedRunWindow(schedule.longestGap.ms / 1000, grace.toSeconds());
     const pages = !window.capped || props.pageOnCappedMissedRun === true;
     if (window.capped) {
@@ -502,6 +512,38 @@ export class ScheduledJob extends Construct {
         "CDK's Lambda invoke grant adds the function's versions and aliases (<function>:*); no other function.",
     });
     return role;
+  }
+
+  /**
+   * The EC2 actions Lambda needs to attach a function to a VPC, which it checks when the function is
+   * created (hence the dependency): the EC2 part of AWSLambdaVPCAccessExecutionRole, without that
+   * managed policy's log permissions on every log group. In a policy of its own, so the one
+   * acknowledged wildcard belongs to it alone.
+   */
+  private grantNetworkInterfaces(role: iam.Role): void {
+    const policy = new iam.Policy(this, 'NetworkInterfacePolicy', {
+      roles: [role],
+      statements: [
+        new iam.PolicyStatement({
+          actions: [
+            'ec2:CreateNetworkInterface',
+            'ec2:DescribeNetworkInterfaces',
+            'ec2:DescribeSubnets',
+            'ec2:DeleteNetworkInterface',
+            'ec2:AssignPrivateIpAddresses',
+            'ec2:UnassignPrivateIpAddresses',
+          ],
+          resources: ['*'],
+        }),
+      ],
+    });
+    this.function.node.addDependency(policy);
+    Validations.of(policy).acknowledge({
+      id: 'AwsSolutions-IAM5[Resource::*]',
+      reason:
+        "Lambda's VPC network-interface actions: the Describe actions take no resource, and the interfaces " +
+        'Lambda creates have no ARN until they exist (the same statement as AWSLambdaVPCAccessExecutionRole).',
+    });
   }
 
   private grantSendEmail(identity: string, fromAddress: string): void {
@@ -688,5 +730,6 @@ function withDefaults(job: JobSpec): Required<JobSpec> {
     effectConcurrency: job.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
     timeoutSeconds: job.timeoutSeconds ?? JOB_DEFAULTS.timeoutSeconds,
     maxAttempts: job.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
+    catchUp: job.catchUp ?? JOB_DEFAULTS.catchUp,
   };
 }

@@ -31,7 +31,34 @@ export interface JobSpec {
    * @default 3
    */
   readonly maxAttempts?: number;
+  /**
+   * What to do with windows that passed while nothing fired (the local runner down, a schedule
+   * paused): run none, the latest, or all of them, within a maximum lateness. Honoured by the local
+   * runner when it starts and by the operator CLI's `backfill`. A deployed schedule never fires a
+   * missed window by itself; the MissedRun alarm pages and an operator backfills.
+   * @default { mode: 'once', maxLatenessMinutes: 1440 }
+   */
+  readonly catchUp?: CatchUpPolicy;
 }
+
+/** How missed windows are caught up; see JobSpec.catchUp. */
+export interface CatchUpPolicy {
+  /**
+   * `skip`: leave every missed window missed (an operator may still backfill with an override).
+   * `once`: run the most recent missed window only, as cron's "run once after downtime" does.
+   * `all`: run every missed window, oldest first, each with its own scheduled time.
+   */
+  readonly mode: CatchUpMode;
+  /**
+   * Windows whose scheduled time is further back than this are not caught up; they are reported.
+   * @default 1440 (a day)
+   */
+  readonly maxLatenessMinutes?: number;
+}
+
+/** The catch-up modes; see CatchUpPolicy.mode. */
+export const CatchUpMode = { Skip: 'skip', Once: 'once', All: 'all' } as const;
+export type CatchUpMode = (typeof CatchUpMode)[keyof typeof CatchUpMode];
 
 /** An EventBridge Scheduler expression and its time zone. */
 export interface ScheduleSpec {
@@ -51,4 +78,5 @@ export const JOB_DEFAULTS = {
   timeoutSeconds: 900,
   maxAttempts: 3,
   retentionDays: 35,
+  catchUp: { mode: CatchUpMode.Once, maxLatenessMinutes: 1440 },
 } as const;

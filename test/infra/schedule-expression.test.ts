@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { CLOUDWATCH_ALARM_LIMITS, missedRunWindow } from '../../infra/missed-run-window.js';
-import { type AnalysedSchedule, analyseSchedule } from '../../infra/schedule-expression.js';
+import { type AnalysedSchedule, analyseSchedule } from '../../shared/schedule/schedule-analysis.js';
 
 const FROM = new Date('2026-11-29T12:00:00Z');
 const HOUR = 3_600_000;

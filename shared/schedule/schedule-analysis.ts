@@ -1,0 +1,143 @@
+import type { ScheduleSpec } from '../job/job-spec.js';
+import { JobSchedule } from './fire-times.js';
+import { impossibleDayOfMonth, parseSchedule, type ScheduleProblem } from './schedule-expression.js';
+import { instantsAtWallClock } from './time-zone.js';
+
+/**
+ * Synth-time checks of an EventBridge Scheduler expression (the ScheduledJob construct's): is it
+ * well formed, does it fire at all from now on, and how long can the gap between two fires be (the
+ * missed-run alarm's window). Fire times come from JobSchedule, the same computation the local
+ * runner and the operator CLI use, so daylight-saving nights count as Scheduler runs them.
+ *
+ * Left to Scheduler's own validation at deploy time: numeric ranges that croner accepts more
+ * loosely than AWS (AWS years are 1970-2199) and `rate()` unit plurality (`rate(1 minutes)`).
+ */
+
+/** A parsed, checked schedule. */
+export type AnalysedSchedule = RecurringSchedule | OneTimeSchedule;
+
+/** A `rate()` or `cron()` schedule. */
+export interface RecurringSchedule {
+  readonly kind: 'rate' | 'cron';
+  readonly expression: string;
+  readonly timeZone: string;
+  /** The first fire after the analysis time. For `rate()`, Scheduler starts counting at creation. */
+  readonly nextFire: Date;
+  /** The longest time between two consecutive fires over the coming year, as far as it was followed. */
+  readonly longestGap: LongestGap;
+}
+
+/** An `at()` schedule: it fires once. */
+export interface OneTimeSchedule {
+  readonly kind: 'at';
+  readonly expression: string;
+  readonly timeZone: string;
+  readonly nextFire: Date;
+}
+
+/** How far apart two consecutive fires can be. */
+export interface LongestGap {
+  readonly ms: number;
+  /**
+   * `exact`: every gap over the coming year was measured (or the gap is the rate itself).
+   * `at-least`: the walk stopped once a gap reached the limit the caller cares about, or after
+   * MAX_FIRES_WALKED fires; the true longest gap is this or longer.
+   */
+  readonly basis: 'exact' | 'at-least';
+}
+
+export type { ScheduleProblem } from './schedule-expression.js';
+export { isKnownTimeZone } from './time-zone.js';
+
+/** The outcome of analysing a schedule: a bad expression is an expected outcome, not an exception. */
+export type ScheduleAnalysis =
+  | { readonly ok: true; readonly schedule: AnalysedSchedule }
+  | ({ readonly ok: false } & ScheduleProblem);
+
+/** Fires followed when measuring a cron's longest gap (a 15-minute cron covers 104 days). */
+export const MAX_FIRES_WALKED = 10_000;
+const HORIZON_MS = 400 * 24 * 3600 * 1000;
+
+/**
+ * Analyses `spec` as of `from`. `gapLimitMs` lets the cron walk stop as soon as one gap reaches
+ * it (the caller caps there anyway), which keeps sparse crons cheap.
+ */
+export function analyseSchedule(
+  spec: ScheduleSpec,
+  from: Date,
+  options: { readonly gapLimitMs?: number } = {},
+): ScheduleAnalysis {
+  const parsed = parseSchedule(spec);
+  if (!parsed.ok) return parsed;
+  const { expression, timeZone } = parsed;
+  const base = { expression: expression.source, timeZone };
+  switch (expression.kind) {
+    case 'rate':
+      return {
+        ok: true,
+        schedule: {
+          kind: 'rate',
+          ...base,
+          nextFire: new Date(from.getTime() + expression.everyMs),
+          longestGap: { ms: expression.everyMs, basis: 'exact' },
+        },
+      };
+    case 'at': {
+      const [fire] = instantsAtWallClock(expression.wallClock, timeZone);
+      if (fire === undefined || fire <= from.getTime()) {
+        const why =
+          fire === undefined
+            ? `${expression.local} does not exist in ${timeZone} (the clocks skip it that night)`
+            : `${expression.local} in ${timeZone} is before ${from.toISOString()}`;
+        return {
+          ok: false,
+          field: 'expression',
+          problem: `${JSON.stringify(expression.source)} never fires: ${why}`,
+          fix: 'move the date into the future, or remove the one-time job once it has run',
+        };
+      }
+      return { ok: true, schedule: { kind: 'at', ...base, nextFire: new Date(fire) } };
+    }
+    case 'cron': {
+      const fires = new JobSchedule(spec).firesAfter(from);
+      const first = fires.next();
+      if (first.done) {
+        const impossibleDay = impossibleDayOfMonth(expression);
+        return {
+          ok: false,
+          field: 'expression',
+          problem: `${JSON.stringify(expression.source)} never fires after ${from.toISOString()}${impossibleDay ? ` (${impossibleDay})` : ''}`,
+          fix: 'correct the day-of-month, month and year fields so that some date matches; for the last day of a month use L',
+        };
+      }
+      return {
+        ok: true,
+        schedule: {
+          kind: 'cron',
+          ...base,
+          nextFire: first.value,
+          longestGap: longestGap(first.value, fires, options.gapLimitMs ?? Number.POSITIVE_INFINITY),
+        },
+      };
+    }
+    default:
+      return expression satisfies never;
+  }
+}
+
+/** Walks the fires of the coming year and returns the longest gap between two consecutive ones. */
+function longestGap(first: Date, fires: Iterator<Date>, gapLimitMs: number): LongestGap {
+  const horizon = first.getTime() + HORIZON_MS;
+  let previous = first;
+  let longest = 0;
+  for (let walked = 0; walked < MAX_FIRES_WALKED; walked++) {
+    const next = fires.next();
+    // A cron whose year field ends has no gap after its last fire; the alarm then sees silence.
+    if (next.done) return { ms: longest === 0 ? Number.POSITIVE_INFINITY : longest, basis: 'at-least' };
+    longest = Math.max(longest, next.value.getTime() - previous.getTime());
+    if (longest >= gapLimitMs) return { ms: longest, basis: 'at-least' };
+    if (next.value.getTime() > horizon) return { ms: longest, basis: 'exact' };
+    previous = next.value;
+  }
+  return { ms: longest, basis: 'at-least' };
+}
