@@ -1,14 +1,53 @@
+import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type { IConstruct } from 'constructs';
+import type { JobSpec } from '../shared/job/job-spec.js';
 
 /**
- * Where a job's slot claims and effect ledger live, as the CDK sees it. `ClaimsTable` (DynamoDB)
- * is the one implementation today; a Postgres backend would grant its connection secret and set
- * its own environment variables in `bind`.
+ * Where a job's slot claims and effect ledger live, as the CDK sees it: `ClaimsTable` (DynamoDB)
+ * or `PostgresClaims` (Postgres on RDS or Aurora, directly or through RDS Proxy).
  */
 export interface ClaimsBackend {
+  /**
+   * What the function must be created with, asked by ScheduledJob before it creates the function:
+   * a Lambda function's VPC and its bundle are fixed at creation, and `bind` comes after. Also the
+   * place to check the job against the backend's limits: throw an InfraValidationError naming
+   * `job` (the ScheduledJob) and the prop.
+   *
+   * Optional: a backend without it (ClaimsTable) gets a function outside any VPC, bundled from the
+   * handler entry alone.
+   */
+  functionOptions?(job: IConstruct, spec: Required<JobSpec>): ClaimsBackendFunctionOptions;
   /**
    * Gives `fn` access to job `jobId`'s claims and no other job's, and sets the environment
    * variables the runtime reads to find the store.
    */
   bind(fn: lambda.Function, jobId: string): void;
+}
+
+/** What a claims backend needs the job's function to be created with. */
+export interface ClaimsBackendFunctionOptions {
+  /**
+   * The VPC the function runs in, to reach a database with no public endpoint. ScheduledJob then
+   * grants the function's role the network-interface actions Lambda checks at creation.
+   * @default not in a VPC
+   */
+  readonly vpc?: ec2.IVpc;
+  /**
+   * Where in `vpc`.
+   * @default Lambda's default selection: the VPC's private subnets
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
+  /**
+   * The function's security groups in `vpc`.
+   * @default a new security group for the function, all outbound traffic allowed
+   */
+  readonly securityGroups?: ec2.ISecurityGroup[];
+  /**
+   * Modules esbuild evaluates before the handler module (its `inject` option), by absolute path:
+   * how a backend adds its runtime part, e.g. shared/job/lambda-environment-postgres.ts, to the
+   * functions that use it without every handler module importing it.
+   * @default none
+   */
+  readonly inject?: readonly string[];
 }

@@ -1,25 +1,64 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { createDynamoClient, dynamoBackend } from '../backends/dynamodb/dynamodb-backend.js';
-import { hmacEffectKeys } from '../effects/effect-key.js';
+import { type EffectKeyHasher, hmacEffectKeys } from '../effects/effect-key.js';
 import { ConfigurationError } from '../errors.js';
 import { jsonLog } from '../telemetry/log.js';
 import { emfMetrics } from '../telemetry/metrics.js';
 import type { JobDefinition } from './job-definition.js';
 import { JOB_DEFAULTS } from './job-spec.js';
 import { createJobHandler } from './lambda-handler.js';
-import type { RunOptions } from './run-slot.js';
-import { RuntimeEnv } from './runtime-env.js';
+import type { RunOptions, SlotBackend } from './run-slot.js';
+import { BACKEND_ENV, BackendKind, RuntimeEnv } from './runtime-env.js';
 
-type Env = Readonly<Record<string, string | undefined>>;
+/** The environment a handler is configured from: `process.env`, or a record in tests. */
+export type Env = Readonly<Record<string, string | undefined>>;
+
+/** What a backend built from the environment gets from jobHandlerFromEnvironment. */
+export interface EnvironmentBackendContext {
+  readonly jobId: string;
+  /** The run's effect concurrency, which sizes a connection pool. */
+  readonly effectConcurrency: number;
+  /** The effect-key hasher, from the secret read on first use (once per process). */
+  readonly hashKey: () => Promise<EffectKeyHasher>;
+}
+
+/**
+ * Builds a claims backend from the environment in two steps: the call checks the variables (so a
+ * misconfigured function fails at cold start, naming the variable), and the function it returns
+ * connects, on the first invocation.
+ */
+export type EnvironmentBackend = (env: Env, context: EnvironmentBackendContext) => () => Promise<SlotBackend>;
+
+/**
+ * Backends other than DynamoDB, registered by their own modules. This module never imports them,
+ * not even with a dynamic `import()`: esbuild inlines a dynamic import into a single-file bundle, so
+ * `pg` would ride along in every DynamoDB-only Lambda. See registerEnvironmentBackend.
+ */
+const registeredBackends = new Map<BackendKind, EnvironmentBackend>();
+
+/**
+ * Makes `SLOTGUARD_BACKEND=<kind>` available to jobHandlerFromEnvironment in this process.
+ * shared/job/lambda-environment-postgres.ts registers the Postgres backend when it is imported;
+ * PostgresClaims adds that module to its functions' bundles (esbuild's `inject`), so the handler
+ * modules stay the same for both backends.
+ * @example registerEnvironmentBackend('postgres', postgresBackendFromEnvironment)
+ */
+export function registerEnvironmentBackend(
+  kind: Exclude<BackendKind, typeof BackendKind.DynamoDB>,
+  build: EnvironmentBackend,
+): void {
+  registeredBackends.set(kind, build);
+}
 
 /**
  * The Lambda handler for `job`, configured from the environment the ScheduledJob construct sets
- * (RuntimeEnv). Configuration errors surface at cold start with the variable's name and the fix;
+ * (RuntimeEnv; SLOTGUARD_BACKEND picks DynamoDB, the default, or a registered backend such as
+ * Postgres). Configuration errors surface at cold start with the variable's name and the fix;
  * the effect-key secret is read from Secrets Manager once, on the first invocation.
  * @example export const handler = jobHandlerFromEnvironment(weeklyReportJob({ customers, sender }));
  */
 export function jobHandlerFromEnvironment(job: JobDefinition, env: Env = process.env) {
-  const configuredJob = required(env, RuntimeEnv.jobId);
+  const configuredJob = requiredVariable(env, RuntimeEnv.jobId);
   if (configuredJob !== job.id) {
     throw new ConfigurationError(
       RuntimeEnv.jobId,
@@ -27,27 +66,82 @@ export function jobHandlerFromEnvironment(job: JobDefinition, env: Env = process
         "point the ScheduledJob's entry at this job's handler",
     );
   }
-  const tableName = required(env, RuntimeEnv.tableName);
   const retentionDays = positiveNumber(env, RuntimeEnv.retentionDays, JOB_DEFAULTS.retentionDays);
+  const effectConcurrency = positiveNumber(env, RuntimeEnv.effectConcurrency, JOB_DEFAULTS.effectConcurrency);
   const options: RunOptions = {
     leaseMs: positiveNumber(env, RuntimeEnv.leaseSeconds, JOB_DEFAULTS.leaseSeconds) * 1000,
-    effectConcurrency: positiveNumber(env, RuntimeEnv.effectConcurrency, JOB_DEFAULTS.effectConcurrency),
+    effectConcurrency,
     maxAttempts: positiveNumber(env, RuntimeEnv.maxAttempts, JOB_DEFAULTS.maxAttempts),
     retentionDays,
   };
-  const endpoint = env[RuntimeEnv.dynamodbEndpoint];
+  let hasher: Promise<EffectKeyHasher> | undefined;
+  const context: EnvironmentBackendContext = {
+    jobId: job.id,
+    effectConcurrency,
+    hashKey: () => {
+      hasher ??= effectKeySecret(env).then(hmacEffectKeys);
+      return hasher;
+    },
+  };
+  const kind = backendKind(env);
+  const backend =
+    kind === BackendKind.DynamoDB
+      ? dynamoBackendFromEnvironment(env, context, retentionDays)
+      : registeredBackend(kind)(env, context);
   return createJobHandler(job, {
-    backend: async () =>
-      dynamoBackend({
-        client: createDynamoClient(endpoint ? { endpoint } : {}),
-        tableName,
-        hashKey: hmacEffectKeys(await effectKeySecret(env)),
-        retentionDays,
-      }),
+    backend,
     metrics: () => emfMetrics({ jobId: job.id }),
     log: jsonLog(job.id),
     options,
   });
+}
+
+function backendKind(env: Env): BackendKind {
+  const raw = env[BACKEND_ENV];
+  if (raw === undefined || raw === '') return BackendKind.DynamoDB;
+  const kinds: readonly string[] = Object.values(BackendKind);
+  if (!kinds.includes(raw)) {
+    throw new ConfigurationError(
+      BACKEND_ENV,
+      `${BACKEND_ENV} is ${JSON.stringify(raw)}; set ${kinds.map((k) => JSON.stringify(k)).join(' or ')}, or leave ` +
+        'it unset for DynamoDB',
+    );
+  }
+  return raw as BackendKind;
+}
+
+/** How a bundle comes to include each registered backend: the fix when one is missing. */
+const HOW_TO_INCLUDE: Record<Exclude<BackendKind, typeof BackendKind.DynamoDB>, string> = {
+  postgres:
+    'deploy the job with PostgresClaims, which injects shared/job/lambda-environment-postgres.ts into the ' +
+    "function's bundle, or import that module before building the handler",
+};
+
+function registeredBackend(kind: Exclude<BackendKind, typeof BackendKind.DynamoDB>): EnvironmentBackend {
+  const build = registeredBackends.get(kind);
+  if (!build) {
+    throw new ConfigurationError(
+      BACKEND_ENV,
+      `${BACKEND_ENV} is ${JSON.stringify(kind)} but this bundle does not include the ${kind} backend; ${HOW_TO_INCLUDE[kind]}`,
+    );
+  }
+  return build;
+}
+
+function dynamoBackendFromEnvironment(
+  env: Env,
+  context: EnvironmentBackendContext,
+  retentionDays: number,
+): () => Promise<SlotBackend> {
+  const tableName = requiredVariable(env, RuntimeEnv.tableName);
+  const endpoint = env[RuntimeEnv.dynamodbEndpoint];
+  return async () =>
+    dynamoBackend({
+      client: createDynamoClient(endpoint ? { endpoint } : {}),
+      tableName,
+      hashKey: await context.hashKey(),
+      retentionDays,
+    });
 }
 
 async function effectKeySecret(env: Env): Promise<string> {
@@ -76,13 +170,15 @@ async function effectKeySecret(env: Env): Promise<string> {
   }
 }
 
-function required(env: Env, name: string): string {
+/** The value of `name`, or a ConfigurationError naming it. */
+export function requiredVariable(env: Env, name: string): string {
   const value = env[name];
   if (!value) throw new ConfigurationError(name, `${name} is not set; the ScheduledJob construct sets it`);
   return value;
 }
 
-function positiveNumber(env: Env, name: string, fallback: number): number {
+/** The number in `name`, `fallback` when unset, or a ConfigurationError naming it. */
+export function positiveNumber(env: Env, name: string, fallback: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);

@@ -22,3 +22,35 @@ export const RuntimeEnv = {
   /** Points the DynamoDB client at another endpoint (dynalite locally). */
   dynamodbEndpoint: 'DYNAMODB_ENDPOINT',
 } as const;
+
+/**
+ * Selects the claims backend: `postgres` (set by PostgresClaims) or `dynamodb`, the default when it
+ * is unset. Not in RuntimeEnv, whose every name a DynamoDB-backed function is deployed with.
+ */
+export const BACKEND_ENV = 'SLOTGUARD_BACKEND';
+
+/** The values of SLOTGUARD_BACKEND. */
+export const BackendKind = { DynamoDB: 'dynamodb', Postgres: 'postgres' } as const;
+export type BackendKind = (typeof BackendKind)[keyof typeof BackendKind];
+
+/**
+ * The variables of a Postgres-backed function, set by PostgresClaims (infra/postgres-claims.ts) and
+ * read by shared/job/lambda-environment-postgres.ts. Exactly one of `secretArn` and `iamAuth`.
+ */
+export const PostgresRuntimeEnv = {
+  /** The endpoint: an RDS Proxy, a cluster or an instance. */
+  host: 'SLOTGUARD_PG_HOST',
+  /** Default 5432. */
+  port: 'SLOTGUARD_PG_PORT',
+  database: 'SLOTGUARD_PG_DATABASE',
+  /** The schema `migrate` created. Default `slotguard`. */
+  schema: 'SLOTGUARD_PG_SCHEMA',
+  /** The database user. Required with IAM authentication; with a secret, default the secret's `username`. */
+  user: 'SLOTGUARD_PG_USER',
+  /** An RDS database secret (`username`, `password`): password authentication, re-read for rotation. */
+  secretArn: 'SLOTGUARD_PG_SECRET_ARN',
+  /** `true`: sign an RDS IAM authentication token per connection with the function's role. */
+  iamAuth: 'SLOTGUARD_PG_IAM_AUTH',
+  /** `true` (default): TLS, verifying the server's certificate; `false`: plain TCP (local servers only). */
+  ssl: 'SLOTGUARD_PG_SSL',
+} as const;
