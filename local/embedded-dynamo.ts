@@ -1,37 +1,113 @@
+import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
+import { dirname } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import dynalite from 'dynalite';
+import { SlotguardError } from '../shared/errors.js';
 
-/** A DynamoDB API on loopback, in memory: nothing to install, gone when closed. */
+/** A DynamoDB API on loopback: nothing to install, gone when closed (unless it has a `path`). */
 export interface EmbeddedDynamo {
   readonly endpoint: string;
   close(): Promise<void>;
 }
 
+/** How the embedded DynamoDB runs; every field has a default. */
+export interface EmbeddedDynamoOptions {
+  /**
+   * Run dynalite on its own worker thread, so on a machine with two cores the server and the
+   * replicas calling it do not share one event loop.
+   * @default false
+   */
+  readonly thread?: boolean;
+  /**
+   * A LevelDB directory that keeps the tables across runs (`npm start -- serve` and the operator
+   * CLI share `.slotguard/dynamodb`). One process at a time may open it.
+   * @default in memory
+   */
+  readonly path?: string;
+  /** @default 0, a free port */
+  readonly port?: number;
+}
+
+/** The directory is held by another process (a running `npm start -- serve`, say). */
+export class StateDirectoryLockedError extends SlotguardError {
+  readonly path: string;
+  constructor(path: string, options?: { cause?: unknown }) {
+    super(
+      `the local state ${path} is open in another process (is \`npm start -- serve\` running?); ` +
+        'stop it, or point at its endpoint with --endpoint',
+      options,
+    );
+    this.path = path;
+  }
+}
+
+const require = createRequire(import.meta.url);
+/** Resolved here, so the worker finds dynalite and its LevelDB whatever the working directory. */
+const DYNALITE = require.resolve('dynalite');
+const LEVEL = require.resolve('level', { paths: [dirname(DYNALITE)] });
+
 /**
- * Starts dynalite (an open-source DynamoDB API server) bound to 127.0.0.1 on a free port.
- * `thread: true` runs it on its own worker thread, so on a machine with two cores the server and
- * the replicas calling it do not share one event loop.
+ * Starts dynalite (an open-source DynamoDB API server) bound to 127.0.0.1. With a `path` it first
+ * opens the LevelDB itself to find out whether another process holds it: dynalite would only fail
+ * at the first request, taking its process down.
  */
-export async function startEmbeddedDynamo(options: { thread?: boolean } = {}): Promise<EmbeddedDynamo> {
+export async function startEmbeddedDynamo(options: EmbeddedDynamoOptions = {}): Promise<EmbeddedDynamo> {
+  const serverOptions = {
+    createTableMs: 0,
+    deleteTableMs: 0,
+    updateTableMs: 0,
+    ...(options.path ? { path: options.path } : {}),
+  };
+  if (options.path) await assertUnlocked(options.path);
   if (!options.thread) {
-    const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const server = dynalite(serverOptions);
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, '127.0.0.1', resolve);
+    });
     return {
       endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
       close: () => new Promise<void>((resolve) => server.close(() => resolve())),
     };
   }
   const worker = new Worker(
-    `const dynalite = require('dynalite');
-     const { parentPort } = require('node:worker_threads');
-     const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
-     server.listen(0, '127.0.0.1', () => parentPort.postMessage(server.address().port));`,
-    { eval: true },
+    `const { workerData, parentPort } = require('node:worker_threads');
+     const dynalite = require(workerData.dynalite);
+     const server = dynalite(workerData.options);
+     server.once('error', (error) => { throw error; });
+     server.listen(workerData.port, '127.0.0.1', () => parentPort.postMessage(server.address().port));
+     parentPort.on('message', () => server.close(() => parentPort.postMessage('closed')));`,
+    { eval: true, workerData: { dynalite: DYNALITE, options: serverOptions, port: options.port ?? 0 } },
   );
   const port = await new Promise<number>((resolve, reject) => {
     worker.once('message', resolve);
     worker.once('error', reject);
   });
-  return { endpoint: `http://127.0.0.1:${port}`, close: async () => void (await worker.terminate()) };
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    async close() {
+      // Closing the server first lets LevelDB flush and release its lock before the thread ends.
+      if (options.path) {
+        await new Promise<void>((resolve) => {
+          worker.once('message', () => resolve());
+          worker.postMessage('close');
+        });
+      }
+      await worker.terminate();
+    },
+  };
+}
+
+async function assertUnlocked(path: string): Promise<void> {
+  const { Level } = require(LEVEL) as {
+    Level: new (path: string) => { open(): Promise<void>; close(): Promise<void> };
+  };
+  const db = new Level(path);
+  try {
+    await db.open();
+  } catch (error) {
+    throw new StateDirectoryLockedError(path, { cause: error });
+  }
+  await db.close();
 }

@@ -1,22 +1,21 @@
 import { writeFileSync } from 'node:fs';
-import { weeklyReportJob } from '../functions/weekly-report/job.js';
-import { syntheticCustomers } from '../functions/weekly-report/recipients.js';
-import {
-  createDynamoClient,
-  dynamoBackend,
-  ensureClaimsTable,
-} from '../shared/backends/dynamodb/dynamodb-backend.js';
+import { findLocalJob } from '../functions/local-jobs.js';
+import { WEEKLY_REPORT_JOB_ID } from '../functions/weekly-report/job.js';
+import { systemClock } from '../shared/clock.js';
 import { drainConcurrently } from '../shared/effects/concurrent-drain.js';
-import { hmacEffectKeys } from '../shared/effects/effect-key.js';
 import { smtpSender } from '../shared/effects/smtp-email-sender.js';
+import { SlotguardError } from '../shared/errors.js';
 import type { JobContext } from '../shared/job/job-definition.js';
-import { createJobHandler, type HandlerResponse } from '../shared/job/lambda-handler.js';
 import { windowOf } from '../shared/slot/slot.js';
 import { emfMetrics } from '../shared/telemetry/metrics.js';
-import { startEmbeddedDynamo } from './embedded-dynamo.js';
 import { fileLog } from './file-log.js';
+import { type InDoubtResolution, resolveInDoubtFromMailLog } from './in-doubt-resolution.js';
+import { type LocalBackendKind, openLocalBackend } from './local-backend.js';
+import { LocalRunner, type TerminalOutput, windowSender } from './local-runner.js';
+import { FaultKind } from './replica-faults.js';
 import { type SmtpSink, startSmtpSink } from './smtp-sink.js';
 
+/** The demo's knobs: `npm start`'s flags. */
 export interface IncidentDemoOptions {
   readonly replicas: number;
   readonly recipients: number;
@@ -24,7 +23,21 @@ export interface IncidentDemoOptions {
   /** Where the run's JSON log and EMF metrics go. */
   readonly outputDir: string;
   /** Progress and the final table. */
-  readonly out: NodeJS.WritableStream & { isTTY?: boolean };
+  readonly out: TerminalOutput;
+  /** @default 'dynamodb' (dynalite, in process) */
+  readonly backend?: LocalBackendKind;
+  /** Postgres: the server; else an embedded one is started. @default DATABASE_URL */
+  readonly databaseUrl?: string;
+  /** Faults injected on the slotguard side. @default none */
+  readonly faults?: readonly FaultKind[];
+  /** Seed of the crash and pause points. @default random, printed */
+  readonly seed?: number;
+  /**
+   * The slotguard side's lease. A crash or a pause is recovered once the lease runs out, so with
+   * those faults a short lease keeps the demo short.
+   * @default 60, or with crash or pause 5 (DynamoDB), 15 (Postgres)
+   */
+  readonly leaseSeconds?: number;
 }
 
 /** What one side of the comparison came to, read from the SMTP server. */
@@ -35,32 +48,51 @@ export interface SideResult {
   readonly recipientsReached: number;
   /** Emails beyond the first to any recipient. */
   readonly duplicates: number;
+  /** Effects left in doubt by the run, as measured in the ledger (before the runbook step). */
   readonly inDoubt: number | undefined;
   readonly seconds: number;
 }
 
+/** Both sides of the comparison, and what the runbook step did. */
 export interface IncidentDemoResult {
   readonly unguarded: SideResult;
   readonly guarded: SideResult;
+  /** The in-doubt effects looked up in the mail log and resolved; undefined when there were none. */
+  readonly resolution: InDoubtResolution | undefined;
+  /** The faults that struck, in words. */
+  readonly faults: readonly string[];
+  readonly seed: number;
 }
-
-/** A local secret for the demo only; deployed jobs read theirs from Secrets Manager. */
-const DEMO_SECRET = 'slotguard-local-demo-secret-not-for-production';
 
 /**
  * Replays the incident on this machine: the weekly report, fired for one window by N replicas at
- * once, first as the app did it (each replica sends to everyone), then through slotguard. Email
- * travels over SMTP to a real server on loopback; the counts come from what it received.
+ * once, first as the app did it (each replica sends to everyone), then through slotguard, by the
+ * local runner, with any faults asked for. Email travels over SMTP to a real server on loopback;
+ * the counts come from what it received.
  */
 export async function runIncidentDemo(options: IncidentDemoOptions): Promise<IncidentDemoResult> {
   const { out } = options;
-  const [dynamo, sink] = await Promise.all([startEmbeddedDynamo({ thread: true }), startSmtpSink()]);
-  const sender = smtpSender({ host: sink.host, port: sink.port, maxConnections: 16 });
+  const faults = options.faults ?? [];
+  const kind = options.backend ?? 'dynamodb';
+  const [backend, sink] = await Promise.all([
+    openLocalBackend({
+      kind,
+      thread: true,
+      ...(options.databaseUrl ? { databaseUrl: options.databaseUrl } : {}),
+    }),
+    startSmtpSink(),
+  ]);
+  const senders: { close(): void }[] = [];
+  const senderFor = (from: string) => {
+    const sender = smtpSender({ host: sink.host, port: sink.port, from, maxConnections: 16 });
+    senders.push(sender);
+    return sender;
+  };
   try {
     // The window is this minute, as a schedule firing now would have stamped it.
     const now = Date.now();
     const window = new Date(windowOf(now - (now % 60_000)));
-    const job = weeklyReportJob({ customers: () => syntheticCustomers(options.recipients), sender });
+    const job = findLocalJob(WEEKLY_REPORT_JOB_ID, { customers: options.recipients });
     out.write(
       `Replaying the incident: ${options.replicas} replicas fire the weekly report for window ${window.toISOString()}, ` +
         `${options.recipients.toLocaleString('en-US')} customers.\n`,
@@ -68,54 +100,83 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
 
     const unguarded = await measure('unguarded', options, sink, async () => {
       // As the app did it: every replica runs the send loop, which assumes it runs once.
+      const definition = job.definition(senderFor(windowSender(job.spec.id, window)));
       await Promise.all(
         Array.from({ length: options.replicas }, () =>
-          job.run(unguardedContext(window, options.concurrency)),
+          definition.run(unguardedContext(window, options.concurrency)),
         ),
       );
-      return { claims: undefined, inDoubt: undefined };
+      return { fires: options.replicas, claims: undefined, inDoubt: undefined };
     });
 
     sink.reset();
-    const client = createDynamoClient({ endpoint: dynamo.endpoint, region: 'us-east-1' });
-    const tableName = 'slotguard-claims';
-    await ensureClaimsTable(client, tableName);
+    out.write(
+      `slotguard on ${backend.description}${faults.length > 0 ? `, faults: ${faults.join(', ')}` : ''}\n`,
+    );
     const emfPath = `${options.outputDir}/last-run.emf.jsonl`;
     const emfLines: string[] = [];
-    const handler = createJobHandler(job, {
-      backend: dynamoBackend({ client, tableName, hashKey: hmacEffectKeys(DEMO_SECRET) }),
-      metrics: () => emfMetrics({ jobId: job.id, write: (line) => emfLines.push(line) }),
-      log: fileLog(`${options.outputDir}/last-run.log.jsonl`),
-      options: { effectConcurrency: options.concurrency },
+    const log = fileLog(`${options.outputDir}/last-run.log.jsonl`);
+    // A crash or a pause is recovered once the lease runs out: a short lease keeps the demo short.
+    // Postgres needs three statement timeouts (3 × 5 s) inside a lease.
+    const shortLease = faults.includes(FaultKind.Crash) || faults.includes(FaultKind.Pause);
+    const leaseSeconds = options.leaseSeconds ?? (shortLease ? (kind === 'postgres' ? 15 : 5) : undefined);
+    const runnerOptions = {
+      jobs: [job],
+      backend: backend.backend,
+      senderFor,
+      sink,
+      log,
+      clock: systemClock,
+      metrics: (jobId: string) => emfMetrics({ jobId, write: (line) => emfLines.push(line) }),
+      runOptions: {
+        effectConcurrency: options.concurrency,
+        ...(leaseSeconds ? { leaseMs: leaseSeconds * 1000 } : {}),
+      },
+    };
+    const runner = new LocalRunner({
+      ...runnerOptions,
+      replicas: options.replicas,
+      faults,
+      ...(options.seed !== undefined ? { seed: options.seed } : {}),
     });
+    let resolution: InDoubtResolution | undefined;
+    let struck: readonly string[] = [];
     const guarded = await measure('slotguard', options, sink, async () => {
-      const responses = await Promise.all(
-        Array.from({ length: options.replicas }, (_, replica) =>
-          handler(
-            {
-              jobId: job.id,
-              scheduledTime: window.toISOString(),
-              executionId: `local-replica-${replica + 1}`,
-              attemptNumber: '1',
-            },
-            { awsRequestId: `replica-${replica + 1}`, getRemainingTimeInMillis: () => 900_000 },
-          ),
-        ),
-      );
-      return {
-        claims: responses.filter((r) => r.status !== 'duplicate' && r.status !== 'rejected').length,
-        inDoubt: inDoubtOf(responses),
-      };
+      const report = await runner.fire(job, window);
+      if (report.claimedBy.length === 0 && report.errors.length > 0) {
+        throw new SlotguardError(`every delivery of the window failed; the first: ${report.errors[0]}`);
+      }
+      for (const error of new Set(report.errors)) out.write(`  delivery failed: ${error}\n`);
+      struck = report.faults;
+      let fires = report.fires;
+      if (report.inDoubt > 0 && backend.operator) {
+        // The runbook's step for effects in doubt: look each one up in the mail server's log.
+        resolution = await resolveInDoubtFromMailLog({
+          job,
+          window,
+          backend: backend.backend,
+          operator: backend.operator,
+          delivered: sink.from(windowSender(job.spec.id, window)).recipients,
+          clock: systemClock,
+        });
+        if (resolution.cleared > 0) {
+          const rerun = await new LocalRunner({ ...runnerOptions, replicas: 1 }).fire(job, window, {
+            backfilled: true,
+          });
+          fires += rerun.fires;
+        }
+      }
+      return { fires, claims: report.claimedBy.length, inDoubt: report.inDoubt };
     });
     writeFileSync(emfPath, emfLines.map((line) => `${line}\n`).join(''));
-    client.destroy();
 
-    printTable(out, options, { unguarded, guarded });
+    const result = { unguarded, guarded, resolution, faults: struck, seed: runner.seed };
+    printTable(out, options, result, backend.operator !== undefined);
     out.write(`Log: ${options.outputDir}/last-run.log.jsonl  Metrics (EMF): ${emfPath}\n`);
-    return { unguarded, guarded };
+    return result;
   } finally {
-    sender.close();
-    await Promise.all([sink.close(), dynamo.close()]);
+    for (const sender of senders) sender.close();
+    await Promise.all([sink.close(), backend.close()]);
   }
 }
 
@@ -123,7 +184,7 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
 function unguardedContext(window: Date, concurrency: number): JobContext {
   const signal = new AbortController().signal;
   return {
-    slot: { jobId: 'weekly-report', window: window.toISOString() },
+    slot: { jobId: WEEKLY_REPORT_JOB_ID, window: window.toISOString() },
     scheduledTime: window,
     epoch: 0,
     delivery: {},
@@ -144,16 +205,16 @@ async function measure(
   label: string,
   options: IncidentDemoOptions,
   sink: SmtpSink,
-  run: () => Promise<{ claims: number | undefined; inDoubt: number | undefined }>,
+  run: () => Promise<{ fires: number; claims: number | undefined; inDoubt: number | undefined }>,
 ): Promise<SideResult> {
   const started = performance.now();
   const progress = startProgress(label, options, sink, started);
   try {
-    const { claims, inDoubt } = await run();
+    const { fires, claims, inDoubt } = await run();
     const seconds = (performance.now() - started) / 1000;
     const delivered = sink.total();
     const result = {
-      fires: options.replicas,
+      fires,
       claims,
       delivered,
       recipientsReached: sink.received.size,
@@ -185,16 +246,12 @@ function startProgress(label: string, options: IncidentDemoOptions, sink: SmtpSi
   };
 }
 
-function inDoubtOf(responses: HandlerResponse[]): number {
-  return responses.reduce(
-    (sum, r) =>
-      sum +
-      (r.status === 'completed' || r.status === 'yielded' || r.status === 'fenced' ? r.summary.inDoubt : 0),
-    0,
-  );
-}
-
-function printTable(out: NodeJS.WritableStream, options: IncidentDemoOptions, r: IncidentDemoResult): void {
+function printTable(
+  out: TerminalOutput,
+  options: IncidentDemoOptions,
+  r: IncidentDemoResult,
+  canResolve: boolean,
+): void {
   const n = (value: number | undefined) => (value === undefined ? '-' : value.toLocaleString('en-US'));
   const rows: [string, string, string][] = [
     ['fires', n(r.unguarded.fires), n(r.guarded.fires)],
@@ -210,4 +267,17 @@ function printTable(out: NodeJS.WritableStream, options: IncidentDemoOptions, r:
     `\n${n(options.recipients)} customers, ${options.replicas} replicas: unguarded sent ${n(r.unguarded.delivered)}, ` +
       `slotguard sent ${n(r.guarded.delivered)}.\n`,
   );
+  if (r.faults.length > 0) out.write(`Faults (seed ${r.seed}): ${r.faults.join('; ')}.\n`);
+  if (r.resolution) {
+    out.write(
+      `In doubt after the run: ${n(r.resolution.inDoubt)}. Looked up in the SMTP server's log: ` +
+        `${n(r.resolution.confirmed)} had gone (marked done), ${n(r.resolution.cleared)} had not (cleared and re-run)` +
+        `${r.resolution.unresolved > 0 ? `, ${n(r.resolution.unresolved)} left for a human` : ''}.\n`,
+    );
+  } else if ((r.guarded.inDoubt ?? 0) > 0 && !canResolve) {
+    out.write(
+      `In doubt after the run: ${n(r.guarded.inDoubt)}, left unresolved: this backend has no operator store yet ` +
+        '(the Postgres one is not available yet).\n',
+    );
+  }
 }

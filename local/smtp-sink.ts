@@ -1,6 +1,16 @@
 import type { AddressInfo } from 'node:net';
 import { SMTPServer } from 'smtp-server';
 
+/** What the server accepted, from one envelope sender or from all of them. */
+export interface MailTally {
+  /** Messages accepted (end of DATA), counted once per envelope recipient. */
+  readonly total: number;
+  /** Messages per envelope recipient. */
+  readonly recipients: ReadonlyMap<string, number>;
+  /** Messages beyond the first to any recipient. */
+  readonly duplicates: number;
+}
+
 /** A real SMTP server on loopback that accepts everything and counts deliveries per recipient. */
 export interface SmtpSink {
   readonly host: string;
@@ -11,16 +21,22 @@ export interface SmtpSink {
   total(): number;
   /** Recipients who received more than one message. */
   duplicates(): number;
+  /**
+   * What one envelope sender got through. The local runner sends each window's mail from its own
+   * address (`<job>.<window>@slotguard.local`), so this is one window's delivery report.
+   */
+  from(sender: string): MailTally;
   reset(): void;
   close(): Promise<void>;
 }
 
 /**
- * Starts the sink on 127.0.0.1. The counts the demo and the tests show are read from what this
- * server accepted, not from counters inside the job.
+ * Starts the sink on 127.0.0.1. The counts the demo, the runner and the tests show are read from
+ * what this server accepted, not from counters inside the job.
  */
 export async function startSmtpSink(port = 0): Promise<SmtpSink> {
   const received = new Map<string, number>();
+  const bySender = new Map<string, Map<string, number>>();
   let total = 0;
   const server = new SMTPServer({
     authOptional: true,
@@ -30,8 +46,12 @@ export async function startSmtpSink(port = 0): Promise<SmtpSink> {
     onData(stream, session, callback) {
       stream.on('data', () => {});
       stream.on('end', () => {
+        const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
+        const senderTally = bySender.get(mailFrom) ?? new Map<string, number>();
+        bySender.set(mailFrom, senderTally);
         for (const rcpt of session.envelope.rcptTo) {
           received.set(rcpt.address, (received.get(rcpt.address) ?? 0) + 1);
+          senderTally.set(rcpt.address, (senderTally.get(rcpt.address) ?? 0) + 1);
           total++;
         }
         callback();
@@ -52,8 +72,16 @@ export async function startSmtpSink(port = 0): Promise<SmtpSink> {
     received,
     total: () => total,
     duplicates: () => [...received.values()].filter((n) => n > 1).length,
+    from(sender) {
+      const recipients =
+        bySender.get(sender.toLowerCase()) ?? bySender.get(sender) ?? new Map<string, number>();
+      let count = 0;
+      for (const n of recipients.values()) count += n;
+      return { total: count, recipients, duplicates: count - recipients.size };
+    },
     reset() {
       received.clear();
+      bySender.clear();
       total = 0;
     },
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),

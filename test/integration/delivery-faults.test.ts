@@ -288,7 +288,8 @@ describe('a list that names a recipient twice', () => {
     const sender = new CountingSender();
     const clock = new ManualClock(Date.parse(WINDOW) + 500);
     const twice = async function* () {
-      for (const id of ['c1', 'c2', 'c1', 'c3', 'c2', 'c1']) yield { id, email: `customer-${id}@example.com` };
+      for (const id of ['c1', 'c2', 'c1', 'c3', 'c2', 'c1'])
+        yield { id, email: `customer-${id}@example.com` };
     };
     const { handler } = testHandler(
       weeklyReportJob({ customers: () => twice(), sender, concurrency: 2 }),

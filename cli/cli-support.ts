@@ -1,0 +1,103 @@
+import type { Clock } from '../shared/clock.js';
+import { SlotguardError } from '../shared/errors.js';
+
+/**
+ * The operator CLI's exit codes. Scripts branch on them; the README and `--help` list them.
+ */
+export const ExitCode = {
+  /** Done, and nothing wrong found. */
+  Ok: 0,
+  /** The operation was refused (a live lease, a stale epoch), or the command found problems (a missed window, effects in doubt). */
+  Problem: 1,
+  /** Bad usage: a missing or malformed option, an unknown job or command. Nothing was read or written. */
+  Usage: 2,
+  /** The backend or AWS could not be reached or refused the credentials; nothing was written. */
+  Unreachable: 3,
+  /** An unexpected error: a bug. The message and stack go to stderr. */
+  Unexpected: 4,
+} as const;
+export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
+
+/** What the CLI reads and writes; tests inject their own, the bin passes the process's. */
+export interface CliIo {
+  readonly stdout: { write(text: string): unknown };
+  readonly stderr: { write(text: string): unknown };
+  /** @default process.env */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  /** @default the system clock */
+  readonly clock?: Clock;
+}
+
+/** An error the CLI reports as it is: the message says what was wrong and what to do. */
+export class CliError extends SlotguardError {
+  readonly exitCode: ExitCode;
+  constructor(exitCode: ExitCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.exitCode = exitCode;
+  }
+}
+
+/** A bad-usage error (exit code 2): say what was wrong and what to write. */
+export const usageError = (message: string) => new CliError(ExitCode.Usage, message);
+
+const RELATIVE = /^now(?:([+-])(\d+)([mhd]))?$/;
+const DATE_ONLY = /^\d{4}-\d{2}-\d{2}$/;
+const WITH_ZONE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/;
+const UNIT_MS = { m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/**
+ * Reads a time option: an instant with its zone (`2026-11-30T06:00:00Z`, `2026-11-30T09:00+03:00`),
+ * a UTC date (`2026-11-30`), or `now`, `now-2h`, `now-7d`, `now+15m`. A time without a zone is
+ * refused: windows are instants, and 09:00 means a different one in every zone.
+ */
+export function parseTimeOption(name: string, value: string | undefined, now: number): number {
+  if (value === undefined)
+    throw usageError(`--${name} is missing; give a time such as 2026-11-30T06:00:00Z or now-1d`);
+  const relative = RELATIVE.exec(value);
+  if (relative) {
+    const [, sign, amount, unit] = relative;
+    if (!sign) return now;
+    return now + (sign === '-' ? -1 : 1) * Number(amount) * UNIT_MS[unit as keyof typeof UNIT_MS];
+  }
+  if (DATE_ONLY.test(value)) {
+    const millis = Date.parse(`${value}T00:00:00Z`);
+    if (!Number.isNaN(millis)) return millis;
+  }
+  if (WITH_ZONE.test(value)) {
+    const millis = Date.parse(value);
+    if (!Number.isNaN(millis)) return millis;
+  }
+  if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$/.test(value)) {
+    throw usageError(
+      `--${name} ${JSON.stringify(value)} has no time zone; append Z for UTC (${value}Z) or an offset such as +03:00`,
+    );
+  }
+  throw usageError(
+    `--${name} is ${JSON.stringify(value)}; give an instant such as 2026-11-30T06:00:00Z, a UTC date such as ` +
+      '2026-11-30, or now, now-2h, now-7d',
+  );
+}
+
+/** A plain-text table: a header, then rows, columns padded; numbers right-aligned. */
+export function renderTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = header.map((title, i) =>
+    Math.max(title.length, ...rows.map((row) => (row[i] ?? '').length)),
+  );
+  const numeric = header.map(
+    (_, i) =>
+      rows.some((row) => /\d/.test(row[i] ?? '')) &&
+      rows.every((row) => /^-?[\d,.]+$|^-$/.test(row[i] ?? '')),
+  );
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((cell, i) => (numeric[i] ? cell.padStart(widths[i]!) : cell.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  return [line(header), ...rows.map(line)].join('\n');
+}
+
+/** `12,400` */
+export const count = (value: number) => value.toLocaleString('en-US');
+
+/** `2026-11-30T06:00:00Z` */
+export const iso = (millis: number) => `${new Date(millis).toISOString().slice(0, 19)}Z`;

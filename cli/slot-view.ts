@@ -1,0 +1,139 @@
+import { jobCatalog } from '../functions/catalog.js';
+import type { JobSpec } from '../shared/job/job-spec.js';
+import type { JobSchedule } from '../shared/schedule/fire-times.js';
+import { describeInZone } from '../shared/schedule/time-zone.js';
+import {
+  type Delivery,
+  EffectState,
+  type RunSummary,
+  type SlotRecord,
+  SlotState,
+} from '../shared/slot/ports.js';
+import { type Slot, windowOf } from '../shared/slot/slot.js';
+import type { CliBackend } from './cli-backend.js';
+import { iso, usageError } from './cli-support.js';
+
+/** A window as an operator sees it: its slot record and its effects, hashes only. */
+export interface SlotView {
+  readonly window: string;
+  /** How the window reads on the schedule's clocks: `Mon 2026-11-30 09:00 Europe/Moscow`. */
+  readonly local: string;
+  /** MISSED: a past window with no record. UPCOMING: not yet due. */
+  readonly state: SlotState | 'MISSED' | 'UPCOMING';
+  readonly holder?: string;
+  readonly epoch?: number;
+  readonly leaseEndsAt?: string;
+  /** RUNNING with a lease that has not ended: a run is (or may be) working on it. */
+  readonly leaseLive: boolean;
+  readonly attempts?: number;
+  readonly failures?: number;
+  readonly delivery?: Delivery;
+  readonly backfilled: boolean;
+  readonly completedAt?: string;
+  readonly summary?: RunSummary;
+  readonly lastError?: string;
+  readonly effects: {
+    readonly done: readonly string[];
+    /** Reserved and never recorded done, by a run that is over: may or may not have happened. */
+    readonly inDoubt: readonly { readonly keyHash: string; readonly epoch: number }[];
+    /** Reserved by the run holding the live lease: under way. */
+    readonly inFlight: readonly string[];
+  };
+  /** What an operator should look at: missed, failed, stuck (lease ended while RUNNING), in doubt. */
+  readonly problems: readonly string[];
+}
+
+/** The catalog job `jobId`, or a usage error listing the jobs there are. */
+export function catalogJob(jobId: string | undefined): JobSpec {
+  if (!jobId) throw usageError(`--job is missing; the jobs are ${jobCatalog.map((j) => j.id).join(', ')}`);
+  const spec = jobCatalog.find((job) => job.id === jobId);
+  if (!spec) {
+    throw usageError(
+      `there is no job ${JSON.stringify(jobId)} in functions/catalog.ts; the jobs are ${jobCatalog.map((j) => j.id).join(', ')}`,
+    );
+  }
+  return spec;
+}
+
+/** Reads one window's record and effects. `listEffects: false` skips the effect query (counts unknown). */
+export async function viewSlot(
+  backend: CliBackend,
+  spec: JobSpec,
+  window: number,
+  now: number,
+): Promise<SlotView> {
+  const slot: Slot = { jobId: spec.id, window: windowOf(window) };
+  const timeZone = spec.schedule.timeZone ?? 'UTC';
+  const record = await backend.slots.claims.read(slot);
+  const local = describeInZone(window, timeZone);
+  if (!record) {
+    const state = window > now ? 'UPCOMING' : 'MISSED';
+    return {
+      window: slot.window,
+      local,
+      state,
+      leaseLive: false,
+      backfilled: false,
+      effects: { done: [], inDoubt: [], inFlight: [] },
+      problems: state === 'MISSED' ? ['missed'] : [],
+    };
+  }
+  const leaseLive = record.state === SlotState.Running && record.leaseEndsAt >= now;
+  const done: string[] = [];
+  const inDoubt: { keyHash: string; epoch: number }[] = [];
+  const inFlight: string[] = [];
+  for await (const effect of backend.slots.ledger.list(slot)) {
+    if (effect.state === EffectState.Done) done.push(effect.keyHash);
+    else if (leaseLive && effect.epoch === record.epoch) inFlight.push(effect.keyHash);
+    else inDoubt.push({ keyHash: effect.keyHash, epoch: effect.epoch });
+  }
+  return {
+    window: slot.window,
+    local,
+    state: record.state,
+    holder: record.owner,
+    epoch: record.epoch,
+    leaseEndsAt: record.leaseEndsAt ? iso(record.leaseEndsAt) : undefined,
+    leaseLive,
+    attempts: record.attempts,
+    failures: record.failures,
+    delivery: record.delivery,
+    backfilled: record.delivery.backfilled === true,
+    ...(record.completedAt ? { completedAt: iso(record.completedAt) } : {}),
+    ...(record.summary ? { summary: record.summary } : {}),
+    ...(record.lastError ? { lastError: record.lastError } : {}),
+    effects: { done, inDoubt, inFlight },
+    problems: problemsOf(record, leaseLive, inDoubt.length),
+  } as SlotView;
+}
+
+function problemsOf(record: SlotRecord, leaseLive: boolean, inDoubt: number): string[] {
+  const problems: string[] = [];
+  if (record.state === SlotState.Failed) problems.push('failed');
+  if (record.state === SlotState.Running && !leaseLive) problems.push('stuck');
+  if (record.state === SlotState.Released) problems.push('unfinished');
+  if (inDoubt > 0) problems.push('in doubt');
+  return problems;
+}
+
+/** The invocation part of an owner token (`replica-2/4f0c…` → `replica-2`). */
+export function holderName(owner: string | undefined): string {
+  if (!owner) return '-';
+  const slash = owner.lastIndexOf('/');
+  return slash > 0 ? owner.slice(0, slash) : owner;
+}
+
+/**
+ * Checks that `window` is a fire time of the job's schedule; when it is not (a local time typed as
+ * UTC, say), says which fire times are nearest, so the operator can correct it.
+ */
+export function windowNote(spec: JobSpec, window: number, schedule: JobSchedule): string | undefined {
+  const before = schedule.firesBetween(window - 8 * 86_400_000, window + 1).at(-1);
+  if (before?.getTime() === window) return undefined;
+  const after = schedule.nextFireAfter(window);
+  const near = [before, after].filter((d): d is Date => d !== undefined).map((d) => windowOf(d));
+  return (
+    `note: ${windowOf(window)} is not a fire time of ${spec.id}'s schedule (${spec.schedule.expression} ` +
+    `${spec.schedule.timeZone ?? 'UTC'})${near.length ? `; the nearest are ${near.join(' and ')}` : ''}`
+  );
+}

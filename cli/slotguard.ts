@@ -1,0 +1,366 @@
+import { parseArgs } from 'node:util';
+import { jobCatalog } from '../functions/catalog.js';
+import { systemClock } from '../shared/clock.js';
+import { ConfigurationError } from '../shared/errors.js';
+import { backfill } from './backfill-command.js';
+import { CliError, type CliIo, ExitCode } from './cli-support.js';
+import { CommandContext, type OptionValues } from './command.js';
+import { effectsResolve } from './effect-commands.js';
+import { schedulesList, schedulesSetState } from './schedule-commands.js';
+import { slotsList, slotsRelease, slotsShow } from './slot-commands.js';
+
+/**
+ * The operator CLI, `slotguard`: see and repair slot state, backfill missed windows, pause and
+ * resume deployed schedules. `main` is the whole program, with the process's streams injected, so
+ * tests run every command in-process; bin/slotguard.mjs calls it.
+ * @example process.exitCode = await main(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr })
+ */
+
+type OptionSpec = { readonly type: 'string' | 'boolean'; readonly help: string; readonly value?: string };
+
+const BACKEND_OPTIONS: Record<string, OptionSpec> = {
+  'state-dir': {
+    type: 'string',
+    value: 'DIR',
+    help: 'the local state `npm start -- serve` keeps (default .slotguard)',
+  },
+  endpoint: {
+    type: 'string',
+    value: 'URL',
+    help: 'a DynamoDB API at URL (dynalite, DynamoDB Local); also DYNAMODB_ENDPOINT',
+  },
+  table: {
+    type: 'string',
+    value: 'NAME',
+    help: 'the claims table (default slotguard-claims); alone: that table in AWS',
+  },
+  region: { type: 'string', value: 'REGION', help: 'AWS region (default AWS_REGION)' },
+  backend: { type: 'string', value: 'NAME', help: 'dynamodb (default) or postgres (DATABASE_URL)' },
+  schema: { type: 'string', value: 'NAME', help: 'postgres: the schema (default slotguard)' },
+};
+const JSON_OPTION: Record<string, OptionSpec> = {
+  json: { type: 'boolean', help: 'print one JSON document instead of a table' },
+};
+const JOB: OptionSpec = {
+  type: 'string',
+  value: 'ID',
+  help: `the job (${jobCatalog.map((j) => j.id).join(', ')})`,
+};
+const WINDOW: OptionSpec = {
+  type: 'string',
+  value: 'T',
+  help: 'the window: its scheduled time, e.g. 2026-11-30T06:00:00Z',
+};
+const RANGE = {
+  from: { type: 'string', value: 'T', help: 'from this time (inclusive)' },
+  to: { type: 'string', value: 'T', help: 'to this time (exclusive)' },
+  'rate-start': {
+    type: 'string',
+    value: 'T',
+    help: 'rate() jobs: when the schedule started counting (deployed: its creation); default 1970-01-01',
+  },
+} satisfies Record<string, OptionSpec>;
+
+interface Command {
+  readonly path: readonly [string, string?];
+  readonly summary: string;
+  readonly usage: string;
+  readonly description: string;
+  readonly options: Record<string, OptionSpec>;
+  readonly run: (ctx: CommandContext) => Promise<number>;
+}
+
+const COMMANDS: readonly Command[] = [
+  {
+    path: ['slots', 'list'],
+    summary: 'the windows a job was due in a range, each with its slot',
+    usage: 'slotguard slots list --job ID --from T --to T',
+    description:
+      "Lists the windows the job's schedule produced from --from to --to (its cron, rate or at, in its time\n" +
+      "zone, with Scheduler's daylight-saving rules), each with its slot record: state, holder, epoch, lease\n" +
+      'end, claims so far, effects done and in doubt. A window that was due and has no record is MISSED.\n' +
+      'Reads one record per window (no Scan), at most 1,000 windows.\n\n' +
+      'Exit code 1 when a window needs a look: missed, failed, stuck (RUNNING, lease ended), unfinished\n' +
+      '(RELEASED), or with effects in doubt.',
+    options: { job: JOB, ...RANGE, ...JSON_OPTION, ...BACKEND_OPTIONS },
+    run: slotsList,
+  },
+  {
+    path: ['slots', 'show'],
+    summary: "one window: its record, delivery, last run's summary, effects by state",
+    usage: 'slotguard slots show --job ID --window T',
+    description:
+      'Shows one slot: state, holder, epoch, lease end, the delivery that claimed it last (execution id,\n' +
+      'attempt, invocation, backfilled), the last run summary and error, and its effects grouped by state\n' +
+      '(done, in doubt, under way). Effects are shown by their HMAC hash: addresses are never stored.\n\n' +
+      'Exit code 1 when the window is missed, failed, stuck, unfinished or has effects in doubt.',
+    options: {
+      job: JOB,
+      window: WINDOW,
+      'rate-start': RANGE['rate-start'],
+      ...JSON_OPTION,
+      ...BACKEND_OPTIONS,
+    },
+    run: slotsShow,
+  },
+  {
+    path: ['slots', 'release'],
+    summary: 'give a stuck or FAILED slot back, fenced on its epoch',
+    usage: 'slotguard slots release --job ID --window T [--force]',
+    description:
+      'Releases the slot (RUNNING or FAILED → RELEASED, failure count reset) with a write conditioned on the\n' +
+      'epoch just read, so the next delivery claims it at epoch + 1 and skips every effect done. Refused\n' +
+      "while the holder's lease is live unless --force, which fences the holder out: it stops at its next\n" +
+      'renewal, and the effects it had reserved become in doubt. A DONE slot is not released: resolve its\n' +
+      'effects with --rerun instead.\n\nExit code 1 when refused; nothing is written then.',
+    options: {
+      job: JOB,
+      window: WINDOW,
+      force: { type: 'boolean', help: "release even while the holder's lease is live (fences it)" },
+      ...JSON_OPTION,
+      ...BACKEND_OPTIONS,
+    },
+    run: slotsRelease,
+  },
+  {
+    path: ['effects', 'resolve'],
+    summary: 'settle an effect in doubt: it went (--mark-done) or run it again (--rerun)',
+    usage: 'slotguard effects resolve --job ID --window T --key HASH (--mark-done | --rerun)',
+    description:
+      'An effect in doubt was reserved by a run that died before recording it: the email may or may not\n' +
+      "have gone. Check the provider first (SES sending events for the hash's recipient), then:\n" +
+      '  --mark-done  it went: record it done; no run will send it again\n' +
+      '  --rerun      it did not: clear the reservation (and reopen the slot if it is DONE) so the next\n' +
+      '               delivery, or slotguard backfill, sends it\n' +
+      "Both are conditioned on the slot's epoch as just read and refused while a run holds a live lease.\n\n" +
+      'Exit code 1 when refused, or when the effect is not in doubt (done, or unknown).',
+    options: {
+      job: JOB,
+      window: WINDOW,
+      key: { type: 'string', value: 'HASH', help: 'the effect, by the hash `slots show` lists' },
+      'mark-done': { type: 'boolean', help: 'the effect happened' },
+      rerun: { type: 'boolean', help: 'the effect did not happen: let the next run perform it' },
+      ...JSON_OPTION,
+      ...BACKEND_OPTIONS,
+    },
+    run: effectsResolve,
+  },
+  {
+    path: ['backfill'],
+    summary: 'run the windows of a range that never ran, each at its own scheduled time',
+    usage:
+      'slotguard backfill --job ID --from T --to T [--catch-up MODE] [--max-lateness MIN] [--function NAME]',
+    description:
+      "Runs the windows of the range that were due and have no slot record, as the job's catch-up policy\n" +
+      'says (skip, once: the latest, all; within its maximum lateness), and delivers again the ones left\n' +
+      'unfinished (RELEASED, or RUNNING under a lease that ended). Each run carries its original scheduled\n' +
+      'time and backfilled: true (recorded on the slot). Windows already DONE, FAILED or running stand.\n\n' +
+      'Locally (the state directory or --endpoint) the job runs in this process, one window at a time,\n' +
+      'through the same handler as deployed; mail goes to --smtp, else the running serve, else an SMTP\n' +
+      'server started for it. Against AWS, --function invokes the deployed function asynchronously\n' +
+      '(InvocationType Event), one invoke per window, as Scheduler does.\n\n' +
+      'Exit code 1 when a window was left out by the policy or did not complete.',
+    options: {
+      job: JOB,
+      from: RANGE.from,
+      to: RANGE.to,
+      'rate-start': RANGE['rate-start'],
+      'catch-up': { type: 'string', value: 'MODE', help: "skip, once or all, instead of the job's policy" },
+      'max-lateness': { type: 'string', value: 'MIN', help: "minutes, or none, instead of the job's policy" },
+      function: { type: 'string', value: 'NAME', help: 'AWS: invoke this function (name or ARN)' },
+      'dry-run': { type: 'boolean', help: 'show what would run, run nothing' },
+      smtp: { type: 'string', value: 'HOST:PORT', help: 'local: the SMTP server mail goes to' },
+      recipients: { type: 'string', value: 'N', help: 'local: weekly report customers (default 12400)' },
+      invoices: { type: 'string', value: 'N', help: 'local: payment reminders per window (default 5)' },
+      ...JSON_OPTION,
+      ...BACKEND_OPTIONS,
+    },
+    run: backfill,
+  },
+  {
+    path: ['schedules', 'list'],
+    summary: "the deployed EventBridge Scheduler schedules, with each one's job and next fire",
+    usage: 'slotguard schedules list [--job ID] [--group NAME]',
+    description:
+      "Lists the account's schedules (ListSchedules, then GetSchedule for each: the job id is in the\n" +
+      'target input), with state, expression, time zone, next fire and target function.\n\nExit code 1 when --job names a job no schedule runs.',
+    options: {
+      job: { type: 'string', value: 'ID', help: 'only the schedule of this job' },
+      group: { type: 'string', value: 'NAME', help: 'only this schedule group' },
+      region: BACKEND_OPTIONS.region!,
+      ...JSON_OPTION,
+    },
+    run: schedulesList,
+  },
+  {
+    path: ['schedules', 'pause'],
+    summary: 'stop a deployed schedule from firing (DISABLED)',
+    usage: 'slotguard schedules pause (--job ID | --name NAME [--group NAME])',
+    description:
+      'Sets the schedule DISABLED (UpdateSchedule with its definition unchanged). Windows due while it is\n' +
+      'paused are not fired and are not caught up by themselves: backfill them after resuming.',
+    options: {
+      job: { type: 'string', value: 'ID', help: 'the schedule that runs this job' },
+      name: { type: 'string', value: 'NAME', help: 'the schedule, by name' },
+      group: { type: 'string', value: 'NAME', help: 'its group (default: default)' },
+      region: BACKEND_OPTIONS.region!,
+      ...JSON_OPTION,
+    },
+    run: (ctx) => schedulesSetState(ctx, 'DISABLED'),
+  },
+  {
+    path: ['schedules', 'resume'],
+    summary: 'let a paused schedule fire again (ENABLED)',
+    usage: 'slotguard schedules resume (--job ID | --name NAME [--group NAME])',
+    description:
+      'Sets the schedule ENABLED. The windows missed while it was paused stay missed: backfill them.',
+    options: {
+      job: { type: 'string', value: 'ID', help: 'the schedule that runs this job' },
+      name: { type: 'string', value: 'NAME', help: 'the schedule, by name' },
+      group: { type: 'string', value: 'NAME', help: 'its group (default: default)' },
+      region: BACKEND_OPTIONS.region!,
+      ...JSON_OPTION,
+    },
+    run: (ctx) => schedulesSetState(ctx, 'ENABLED'),
+  },
+];
+
+const EXIT_CODES =
+  'Exit codes:\n' +
+  '  0  done, nothing wrong found\n' +
+  '  1  refused (a live lease, a stale epoch, a DONE slot) or problems found (missed windows, effects in doubt)\n' +
+  '  2  bad usage: a missing or malformed option, an unknown job or command; nothing was read or written\n' +
+  '  3  the backend or AWS could not be reached or refused the credentials; nothing was written\n' +
+  '  4  an unexpected error (a bug): the message and stack are on stderr';
+
+const TIMES =
+  'Times: an instant with its zone (2026-11-30T06:00:00Z, 2026-11-30T09:00+03:00), a UTC date (2026-11-30),\n' +
+  'or now, now-2h, now-7d, now+15m. A time without a zone is refused.';
+
+function overview(): string {
+  const width = Math.max(...COMMANDS.map((c) => c.path.join(' ').length));
+  return [
+    'Usage: slotguard <command> [options]    (npx slotguard …; slotguard <command> --help for its options)',
+    '',
+    'Sees and repairs slotguard state: "did this window run, once, and who got what". docs/operations.md is',
+    'the runbook.',
+    '',
+    'Commands:',
+    ...COMMANDS.map((c) => `  ${c.path.join(' ').padEnd(width)}  ${c.summary}`),
+    '',
+    'Where the slots are (every slots, effects and backfill command):',
+    ...optionLines(BACKEND_OPTIONS),
+    '  With none of these: the running `npm start -- serve` (its endpoint is in .slotguard/serve.json), else',
+    '  the tables it keeps in .slotguard/dynamodb.',
+    '',
+    TIMES,
+    '',
+    EXIT_CODES,
+  ].join('\n');
+}
+
+function commandHelp(command: Command): string {
+  return [
+    `Usage: ${command.usage}`,
+    '',
+    command.description,
+    '',
+    'Options:',
+    ...optionLines(command.options),
+    '  -h, --help        this text',
+    '',
+    TIMES,
+    '',
+    EXIT_CODES,
+  ].join('\n');
+}
+
+function optionLines(options: Record<string, OptionSpec>): string[] {
+  const entries = Object.entries(options).map(([name, spec]) => [
+    `--${name}${spec.value ? ` ${spec.value}` : ''}`,
+    spec.help,
+  ]);
+  const width = Math.max(...entries.map(([flag]) => flag!.length));
+  return entries.map(([flag, help]) => `  ${flag!.padEnd(width)}  ${help}`);
+}
+
+/**
+ * Runs one `slotguard` command line and returns its exit code. Never throws: every failure is a
+ * message on stderr and a code (see ExitCode).
+ */
+export async function main(argv: readonly string[], io: CliIo): Promise<number> {
+  const words = argv.filter((arg) => !arg.startsWith('-'));
+  const wantsHelp = argv.includes('--help') || argv.includes('-h') || words[0] === 'help';
+  const command = findCommand(words[0] === 'help' ? words.slice(1) : words);
+  if (!command) {
+    if (wantsHelp || argv.length === 0) {
+      const group = COMMANDS.filter(
+        (c) => c.path[0] === words[0] || (words[0] === 'help' && c.path[0] === words[1]),
+      );
+      io.stdout.write(`${group.length > 0 ? groupHelp(group) : overview()}\n`);
+      return argv.length === 0 ? ExitCode.Usage : ExitCode.Ok;
+    }
+    const known = COMMANDS.map((c) => c.path.join(' ')).join(', ');
+    io.stderr.write(
+      `unknown command ${JSON.stringify(words.join(' '))}; the commands are: ${known}. slotguard --help lists them.\n`,
+    );
+    return ExitCode.Usage;
+  }
+  if (wantsHelp) {
+    io.stdout.write(`${commandHelp(command)}\n`);
+    return ExitCode.Ok;
+  }
+  let values: OptionValues;
+  try {
+    const options = Object.fromEntries(
+      Object.entries(command.options).map(([name, spec]) => [name, { type: spec.type }]),
+    );
+    const parsed = parseArgs({ args: [...argv], options, allowPositionals: true, strict: true });
+    const extra = parsed.positionals.slice(command.path.filter(Boolean).length);
+    if (extra.length > 0) throw new TypeError(`unexpected argument ${JSON.stringify(extra[0])}`);
+    values = parsed.values as OptionValues;
+  } catch (error) {
+    io.stderr.write(
+      `${(error as Error).message}\n\nslotguard ${command.path.join(' ')} --help lists its options.\n`,
+    );
+    return ExitCode.Usage;
+  }
+  const clock = io.clock ?? systemClock;
+  const ctx = new CommandContext(io, values, clock.now());
+  try {
+    return await command.run(ctx);
+  } catch (error) {
+    return report(error, io, command);
+  } finally {
+    await ctx.close().catch(() => {});
+  }
+}
+
+function findCommand(words: readonly string[]): Command | undefined {
+  return COMMANDS.find((c) => c.path[0] === words[0] && (c.path[1] === undefined || c.path[1] === words[1]));
+}
+
+function groupHelp(group: readonly Command[]): string {
+  return group
+    .map((c) => `${c.usage}\n  ${c.summary}`)
+    .join('\n\n')
+    .concat('\n\nAdd --help to a command for its options.');
+}
+
+function report(error: unknown, io: CliIo, command: Command): number {
+  if (error instanceof CliError) {
+    io.stderr.write(`${error.message}\n`);
+    if (error.exitCode === ExitCode.Usage)
+      io.stderr.write(`slotguard ${command.path.join(' ')} --help lists its options.\n`);
+    return error.exitCode;
+  }
+  if (error instanceof ConfigurationError) {
+    io.stderr.write(`${error.message}\n`);
+    return ExitCode.Usage;
+  }
+  io.stderr.write(
+    `slotguard ${command.path.join(' ')} failed unexpectedly; this is a bug, please report it with this output:\n` +
+      `${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
+  return ExitCode.Unexpected;
+}

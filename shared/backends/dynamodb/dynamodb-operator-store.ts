@@ -1,0 +1,264 @@
+import {
+  type AttributeValue,
+  ConditionalCheckFailedException,
+  DeleteItemCommand,
+  type DynamoDBClient,
+  UpdateItemCommand,
+} from '@aws-sdk/client-dynamodb';
+import { StoreError } from '../../errors.js';
+import type {
+  EffectResolution,
+  OperatorRequest,
+  OperatorStore,
+  OperatorWriteOutcome,
+  RefusalReason,
+  ReleaseRequest,
+  ResolveEffectOutcome,
+} from '../../slot/operator-ports.js';
+import { EffectState, type SlotRecord, SlotState } from '../../slot/ports.js';
+import type { Slot } from '../../slot/slot.js';
+import { num, str } from './attribute-values.js';
+import { SlotAttribute as A, DynamoClaimStore } from './dynamodb-claim-store.js';
+import { DynamoEffectLedger } from './dynamodb-effect-ledger.js';
+import { effectPartitionKey, slotPartitionKey, TableLayout } from './table-layout.js';
+
+/** The table the operator writes to, through the client given. */
+export interface DynamoOperatorStoreOptions {
+  readonly client: DynamoDBClient;
+  readonly tableName: string;
+}
+
+/** Who last acted on a slot or an effect from outside a run, for whoever reads the item next. */
+const OPERATOR_ACTION = 'operatorAction';
+/** The effect ledger's attribute names (dynamodb-effect-ledger.ts writes them). */
+const FX = { state: 'state', epoch: 'epoch', owner: 'owner' } as const;
+
+/**
+ * The operator's writes on the DynamoDB claims table: each one conditional UpdateItem or DeleteItem,
+ * fenced on the epoch the operator read. A refused write is answered with the record as it is now.
+ * Nothing here needs a transaction (dynalite, the test server, has none): where two items change,
+ * the order is chosen so that a crash between the writes never makes an effect run twice.
+ */
+export class DynamoOperatorStore implements OperatorStore {
+  readonly #client: DynamoDBClient;
+  readonly #table: string;
+  readonly #claims: DynamoClaimStore;
+  readonly #ledger: DynamoEffectLedger;
+
+  constructor(options: DynamoOperatorStoreOptions) {
+    this.#client = options.client;
+    this.#table = options.tableName;
+    this.#claims = new DynamoClaimStore(options);
+    this.#ledger = new DynamoEffectLedger({ ...options, expiresAtSeconds: () => 0 });
+  }
+
+  /*
+   * Timeline of a forced release:
+   *   t0  operator reads the slot: RUNNING, epoch 3, lease ended at t0 - 5 min (holder crashed)
+   *   t1  UpdateItem if epoch = 3 AND (FAILED OR RUNNING with leaseUntil < t1) → RELEASED, failures 0
+   *   t2  next delivery claims it (RELEASED): epoch 4, skips every effect done
+   * Had a delivery taken the slot over between t0 and t1, its epoch 4 fails the condition: the
+   * operator is told, and the live run is left alone. With `evenIfLeaseLive` the lease clause goes;
+   * the holder at epoch 3 is then fenced at its next renewal, mark or completion.
+   */
+  async forceRelease(slot: Slot, request: ReleaseRequest): Promise<OperatorWriteOutcome> {
+    const releasable = request.evenIfLeaseLive
+      ? '(#state = :running OR #state = :failed)'
+      : '(#state = :failed OR (#state = :running AND #leaseUntil < :now))';
+    return this.#slotWrite(slot, request, {
+      action: request.evenIfLeaseLive ? 'force-released' : 'released',
+      update: 'SET #state = :released, #leaseUntil = :now, #failures = :zero, #operatorAction = :action',
+      condition: `#epoch = :expected AND ${releasable}`,
+      values: { ':running': str(SlotState.Running), ':failed': str(SlotState.Failed), ':zero': num(0) },
+      names: [A.state, A.leaseUntil, A.failures, A.epoch],
+      isDone: (record) => record.state === SlotState.Released && record.epoch === request.expectedEpoch,
+      refusal: (current) =>
+        current.epoch !== request.expectedEpoch
+          ? 'epoch-moved'
+          : current.state === SlotState.Running && current.leaseEndsAt >= request.now
+            ? 'lease-live'
+            : 'state',
+    });
+  }
+
+  /*
+   * Timeline of a reopen:
+   *   t0  operator reads the slot: DONE, epoch 2
+   *   t1  UpdateItem if epoch = 2 AND state = DONE → RELEASED (completedAt removed)
+   *   t2  next delivery claims it: epoch 3, skips every effect DONE, performs the ones cleared
+   */
+  async reopen(slot: Slot, request: OperatorRequest): Promise<OperatorWriteOutcome> {
+    return this.#slotWrite(slot, request, {
+      action: 'reopened',
+      update:
+        'SET #state = :released, #leaseUntil = :now, #failures = :zero, #operatorAction = :action ' +
+        'REMOVE #completedAt',
+      condition: '#epoch = :expected AND #state = :done',
+      values: { ':done': str(SlotState.Done), ':zero': num(0) },
+      names: [A.state, A.leaseUntil, A.failures, A.epoch, A.completedAt],
+      isDone: (record) => record.state === SlotState.Released && record.epoch === request.expectedEpoch,
+      refusal: (current) => (current.epoch !== request.expectedEpoch ? 'epoch-moved' : 'state'),
+    });
+  }
+
+  /*
+   * Timeline of resolving an effect in doubt (RESERVED at epoch 1 by a holder that crashed):
+   *   t0  operator reads slot (DONE, epoch 2) and effect (RESERVED, epoch 1, owner o1)
+   *   t1  UpdateItem on the slot if epoch = 2 AND no live lease (records the action): the slot is
+   *       as the operator saw it, and no run is working on it
+   *   t2  the effect: done → UpdateItem to DONE; clear → DeleteItem; both only if it is still that
+   *       exact reservation (RESERVED, epoch 1, owner o1)
+   *   t3  clear on a DONE slot: reopen it, fenced on epoch 2, so a later delivery performs it
+   * A delivery claiming the slot between t1 and t2 finds the effect RESERVED by an earlier epoch and
+   * leaves it in doubt (never performs it), so the effect runs at most once whichever write lands
+   * first. If it also completed before t3, the reopen is refused and the outcome says so.
+   */
+  async resolveEffect(
+    slot: Slot,
+    keyHash: string,
+    resolution: EffectResolution,
+    request: OperatorRequest,
+  ): Promise<ResolveEffectOutcome> {
+    const guard = await this.#slotWrite(slot, request, {
+      action: `${resolution === 'done' ? 'marked-done' : 'cleared'} ${keyHash}`,
+      update: 'SET #operatorAction = :action',
+      condition:
+        '#epoch = :expected AND attribute_exists(#state) AND NOT (#state = :running AND #leaseUntil >= :now)',
+      values: { ':running': str(SlotState.Running) },
+      names: [A.epoch, A.state, A.leaseUntil],
+      isDone: () => false,
+      refusal: (current) =>
+        current.epoch !== request.expectedEpoch
+          ? 'epoch-moved'
+          : current.state === SlotState.Running && current.leaseEndsAt >= request.now
+            ? 'lease-live'
+            : 'state',
+    });
+    if (guard.kind !== 'ok') return guard;
+
+    const before = await this.#ledger.read(slot, keyHash);
+    if (!before) return { kind: 'effect-absent' };
+    if (before.state !== EffectState.Reserved) return { kind: 'effect-not-in-doubt', current: before };
+    const key = {
+      [TableLayout.partitionKey]: str(effectPartitionKey(slot.jobId, slot.window, keyHash)),
+      [TableLayout.sortKey]: str(keyHash),
+    };
+    const exactReservation = {
+      ConditionExpression: '#state = :reserved AND #epoch = :epoch AND #owner = :owner',
+      ExpressionAttributeNames: { '#state': FX.state, '#epoch': FX.epoch, '#owner': FX.owner },
+    };
+    const reservationValues = {
+      ':reserved': str(EffectState.Reserved),
+      ':epoch': num(before.epoch),
+      ':owner': str(before.owner),
+    };
+    try {
+      if (resolution === 'done') {
+        await this.#client.send(
+          new UpdateItemCommand({
+            TableName: this.#table,
+            Key: key,
+            UpdateExpression: 'SET #state = :done, #operatorAction = :action',
+            ...exactReservation,
+            ExpressionAttributeNames: {
+              ...exactReservation.ExpressionAttributeNames,
+              '#operatorAction': OPERATOR_ACTION,
+            },
+            ExpressionAttributeValues: {
+              ...reservationValues,
+              ':done': str(EffectState.Done),
+              ':action': str(`marked done by an operator at ${new Date(request.now).toISOString()}`),
+            },
+          }),
+        );
+      } else {
+        await this.#client.send(
+          new DeleteItemCommand({
+            TableName: this.#table,
+            Key: key,
+            ...exactReservation,
+            ExpressionAttributeValues: reservationValues,
+          }),
+        );
+      }
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw storeError('resolveEffect', slot, error);
+      const current = await this.#ledger.read(slot, keyHash);
+      // Our own write whose reply was lost, retried by the SDK, lands here too: the goal state counts.
+      const reached = resolution === 'done' ? current?.state === EffectState.Done : current === undefined;
+      if (!reached) return current ? { kind: 'effect-not-in-doubt', current } : { kind: 'effect-absent' };
+    }
+
+    let slotReopened = false;
+    if (resolution === 'clear' && guard.record.state === SlotState.Done) {
+      slotReopened = (await this.reopen(slot, request)).kind === 'ok';
+    }
+    return { kind: 'resolved', resolution, before, slotReopened };
+  }
+
+  async #slotWrite(
+    slot: Slot,
+    request: OperatorRequest,
+    write: {
+      readonly action: string;
+      readonly update: string;
+      readonly condition: string;
+      readonly values: Record<string, AttributeValue>;
+      readonly names: readonly string[];
+      /** A failed condition that finds this record means the write had already happened. */
+      readonly isDone: (record: SlotRecord) => boolean;
+      readonly refusal: (current: SlotRecord) => RefusalReason;
+    },
+  ): Promise<OperatorWriteOutcome> {
+    const names: Record<string, string> = { '#operatorAction': OPERATOR_ACTION };
+    for (const name of write.names) names[`#${name}`] = name;
+    try {
+      await this.#client.send(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: {
+            [TableLayout.partitionKey]: str(slotPartitionKey(slot.jobId, slot.window)),
+            [TableLayout.sortKey]: str(TableLayout.slotSortKey),
+          },
+          UpdateExpression: write.update,
+          ConditionExpression: write.condition,
+          ExpressionAttributeNames: Object.fromEntries(
+            Object.entries(names).filter(
+              ([placeholder]) => write.update.includes(placeholder) || write.condition.includes(placeholder),
+            ),
+          ),
+          ExpressionAttributeValues: Object.fromEntries(
+            Object.entries({
+              ...write.values,
+              ':expected': num(request.expectedEpoch),
+              ':now': num(request.now),
+              ':released': str(SlotState.Released),
+              ':action': str(`${write.action} by an operator at ${new Date(request.now).toISOString()}`),
+            }).filter(
+              ([placeholder]) => write.update.includes(placeholder) || write.condition.includes(placeholder),
+            ),
+          ),
+        }),
+      );
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw storeError(write.action, slot, error);
+      const current = await this.#claims.read(slot);
+      if (!current) return { kind: 'absent' };
+      if (write.isDone(current)) return { kind: 'ok', record: current };
+      return { kind: 'refused', reason: write.refusal(current), current };
+    }
+    const record = await this.#claims.read(slot);
+    if (!record) return { kind: 'absent' };
+    return { kind: 'ok', record };
+  }
+}
+
+function storeError(operation: string, slot: Slot, cause: unknown): StoreError {
+  const detail = cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause);
+  return new StoreError(
+    operation,
+    `DynamoDB ${operation} of slot ${slot.jobId} ${slot.window} failed after the client's retries (${detail}); ` +
+      'read the slot again (slotguard slots show) and retry',
+    { cause },
+  );
+}

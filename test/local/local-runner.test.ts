@@ -1,0 +1,305 @@
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { jobCatalog } from '../../functions/catalog.js';
+import { type LocalJob, localJob } from '../../functions/local-jobs.js';
+import { type LocalBackend, openLocalBackend } from '../../local/local-backend.js';
+import { LocalRunner, type WindowReport, windowSender } from '../../local/local-runner.js';
+import type { FaultKind } from '../../local/replica-faults.js';
+import { startServe } from '../../local/serve.js';
+import { type SmtpSink, startSmtpSink } from '../../local/smtp-sink.js';
+import { smtpSender } from '../../shared/effects/smtp-email-sender.js';
+import type { CatchUpPolicy } from '../../shared/job/job-spec.js';
+import { useDynamo } from '../helpers/dynalite.js';
+import { ManualClock } from '../helpers/manual-clock.js';
+
+const dynamo = useDynamo();
+let sink: SmtpSink;
+const opened: LocalBackend[] = [];
+
+beforeAll(async () => {
+  sink = await startSmtpSink();
+});
+afterAll(async () => {
+  await Promise.all(opened.map((backend) => backend.close()));
+  await sink.close();
+});
+beforeEach(() => sink.reset());
+
+const paymentSpec = jobCatalog.find((job) => job.id === 'payment-reminder')!;
+const LEASE_MS = (paymentSpec.leaseSeconds ?? 60) * 1000;
+
+function paymentJob(invoicesPerWindow: number, catchUp?: CatchUpPolicy): LocalJob {
+  return localJob({ ...paymentSpec, ...(catchUp ? { catchUp } : {}) }, { invoicesPerWindow });
+}
+
+async function freshBackend(): Promise<LocalBackend> {
+  const backend = await openLocalBackend({
+    endpoint: dynamo.endpoint,
+    tableName: await dynamo.freshTable('runner'),
+  });
+  opened.push(backend);
+  return backend;
+}
+
+function runner(
+  backend: LocalBackend,
+  clock: ManualClock,
+  jobs: LocalJob[],
+  options: {
+    faults?: FaultKind[];
+    replicas?: number;
+    seed?: number;
+    onFault?: (fault: string) => void;
+    reports?: WindowReport[];
+  } = {},
+) {
+  return new LocalRunner({
+    jobs,
+    backend: backend.backend,
+    senderFor: (from) => smtpSender({ host: sink.host, port: sink.port, from, maxConnections: 4 }),
+    sink,
+    clock,
+    replicas: options.replicas ?? 3,
+    faults: options.faults ?? [],
+    seed: options.seed ?? 1,
+    ...(options.onFault ? { onFault: options.onFault } : {}),
+    ...(options.reports ? { onWindow: (report: WindowReport) => options.reports!.push(report) } : {}),
+  });
+}
+
+/** A promise of the next fault, and the function the runner calls. */
+function nextFault() {
+  let strike: (fault: string) => void = () => {};
+  const struck = new Promise<string>((resolve) => {
+    strike = resolve;
+  });
+  return { struck, onFault: (fault: string) => strike(fault) };
+}
+
+describe('the local runner', () => {
+  it('runs each window once on its schedule with 3 replicas, duplicate deliveries and a retry, counted by the SMTP server', async () => {
+    const backend = await freshBackend();
+    const clock = new ManualClock(Date.parse('2026-11-30T05:59:00Z'));
+    const reports: WindowReport[] = [];
+    const local = runner(backend, clock, [paymentJob(5)], { faults: ['duplicate', 'retry'], reports });
+    await local.start({ catchUp: false });
+    for (let i = 0; i < 3; i++) {
+      // 05:59 → 06:00, then a quarter of an hour each time: the rate(15 minutes) grid.
+      await clock.advance(i === 0 ? 60_000 : 15 * 60_000);
+      await local.idle();
+    }
+    await local.stop();
+
+    expect(reports.map((r) => r.window)).toEqual([
+      '2026-11-30T06:00:00Z',
+      '2026-11-30T06:15:00Z',
+      '2026-11-30T06:30:00Z',
+    ]);
+    for (const report of reports) {
+      // 3 replicas, each delivered twice, and one retry with attempt number 2: 7 fires, 1 claim.
+      expect(report).toMatchObject({
+        fires: 7,
+        state: 'DONE',
+        epoch: 1,
+        delivered: 5,
+        duplicates: 0,
+        inDoubt: 0,
+        done: 5,
+      });
+      expect(report.claimedBy).toHaveLength(1);
+      const record = await backend.backend.claims.read({ jobId: 'payment-reminder', window: report.window });
+      expect(record).toMatchObject({ attempts: 1, state: 'DONE' });
+    }
+    expect(sink.total()).toBe(15);
+    expect(sink.duplicates()).toBe(0);
+  });
+
+  it('runs several windows once each with every fault injected: 3 replicas, duplicates, a retry, a crash and a pause per window', async () => {
+    const backend = await freshBackend();
+    const clock = new ManualClock(Date.parse('2026-11-30T05:59:00Z'));
+    const strikes: string[] = [];
+    const unhandled: string[] = [];
+    let wake: () => void = () => {};
+    const reports: WindowReport[] = [];
+    const local = runner(backend, clock, [paymentJob(20)], {
+      faults: ['duplicate', 'retry', 'crash', 'pause'],
+      seed: 5,
+      reports,
+      onFault: (fault) => {
+        strikes.push(fault);
+        unhandled.push(fault);
+        wake();
+      },
+    });
+    await local.start({ catchUp: false });
+    for (const fireAt of ['06:00', '06:15']) {
+      await clock.advance(Date.parse(`2026-11-30T${fireAt}:00Z`) - clock.now());
+      // Each crash or pause is recovered once its lease has run out: move the clock past it, as
+      // often as faults strike, until the window is over.
+      let over = false;
+      const window = local.idle().then(() => {
+        over = true;
+      });
+      while (!over) {
+        if (unhandled.length === 0) {
+          await Promise.race([window, new Promise<void>((resolve) => (wake = resolve))]);
+        }
+        if (unhandled.shift() !== undefined) await clock.advance(LEASE_MS + 1_000);
+      }
+    }
+    await local.stop();
+
+    expect(reports.map((r) => r.window)).toEqual(['2026-11-30T06:00:00Z', '2026-11-30T06:15:00Z']);
+    expect(strikes.filter((s) => s.includes('crashed'))).toHaveLength(2);
+    for (const report of reports) {
+      expect(report).toMatchObject({ state: 'DONE', duplicates: 0 });
+      // One claim per run that performed effects: the first holder, then one per takeover.
+      expect(report.claimedBy).toHaveLength(1 + report.faults.length);
+      expect(report.done + report.inDoubt).toBe(20);
+      expect(report.delivered).toBeGreaterThanOrEqual(20 - report.inDoubt);
+      expect(report.delivered).toBeLessThanOrEqual(20);
+    }
+    expect(sink.duplicates()).toBe(0);
+  });
+
+  it('does not email an invoice twice when the holder crashes at a random effect and a redelivery takes over after the lease', async () => {
+    const backend = await freshBackend();
+    const clock = new ManualClock(Date.parse('2026-11-30T06:00:00Z'));
+    const { struck, onFault } = nextFault();
+    const job = paymentJob(40);
+    const local = runner(backend, clock, [job], { faults: ['crash'], seed: 7, onFault });
+    const window = new Date('2026-11-30T06:00:00Z');
+    const fired = local.fire(job, window);
+    expect(await struck).toMatch(/replica-\d crashed at effect \d+ \((before|after)-send\)/);
+    // The crashed holder's lease has to run out before anyone may take the slot over.
+    await clock.advance(LEASE_MS + 1_000);
+    const report = await fired;
+
+    expect(report.claimedBy).toHaveLength(2);
+    expect(report.claimedBy[1]).toMatch(/\/redelivery-1$/);
+    expect(report).toMatchObject({ state: 'DONE', epoch: 2, duplicates: 0 });
+    // Every invoice is either recorded done or in doubt; what is in doubt was sent at most once.
+    expect(report.done + report.inDoubt).toBe(40);
+    expect(report.delivered).toBeGreaterThanOrEqual(40 - report.inDoubt);
+    expect(report.delivered).toBeLessThanOrEqual(40);
+    expect(sink.from(windowSender('payment-reminder', window)).duplicates).toBe(0);
+  });
+
+  it('fences a holder frozen past its lease: the takeover finishes the window and the zombie sends nothing twice', async () => {
+    const backend = await freshBackend();
+    const clock = new ManualClock(Date.parse('2026-11-30T06:15:00Z'));
+    const { struck, onFault } = nextFault();
+    const job = paymentJob(40);
+    const local = runner(backend, clock, [job], { faults: ['pause', 'duplicate'], seed: 11, onFault });
+    const fired = local.fire(job, new Date('2026-11-30T06:15:00Z'));
+    expect(await struck).toMatch(/froze at effect/);
+    await clock.advance(LEASE_MS + 1_000);
+    const report = await fired;
+
+    expect(report.claimedBy).toHaveLength(2);
+    expect(report).toMatchObject({ state: 'DONE', epoch: 2, duplicates: 0, delivered: 40 });
+    expect(report.done + report.inDoubt).toBe(40);
+    expect(sink.duplicates()).toBe(0);
+  });
+
+  it.each([
+    ['skip', { mode: 'skip' }, []],
+    ['once', { mode: 'once' }, ['08:00']],
+    ['all within 30 minutes', { mode: 'all', maxLatenessMinutes: 30 }, ['07:45', '08:00']],
+  ] as const)(
+    'catches up the windows missed while stopped per the policy: %s',
+    async (_name, policy, expected) => {
+      const backend = await freshBackend();
+      const job = paymentJob(2, policy as CatchUpPolicy);
+      // A first run fires 06:00, then stops.
+      const before = new ManualClock(Date.parse('2026-11-30T05:59:00Z'));
+      const first = runner(backend, before, [job], { replicas: 2 });
+      await first.start({ catchUp: false });
+      await before.advance(60_000);
+      await first.idle();
+      await first.stop();
+
+      // Down until 08:05: 06:15 to 08:00 (eight windows) were due and nothing fired them.
+      const after = new ManualClock(Date.parse('2026-11-30T08:05:00Z'));
+      const second = runner(backend, after, [job], { replicas: 2 });
+      const [report] = await second.start({ since: Date.parse('2026-11-30T05:59:00Z') });
+      await second.stop();
+
+      expect(report!.plan.run.map((w) => w.toISOString().slice(11, 16))).toEqual(expected);
+      expect(report!.plan.run.length + report!.plan.skipped.length).toBe(8);
+      for (const window of report!.reports) {
+        expect(window).toMatchObject({ backfilled: true, state: 'DONE', delivered: 2, duplicates: 0 });
+      }
+      const ran: string[] = [];
+      for (const time of ['06:15', '06:30', '06:45', '07:00', '07:15', '07:30', '07:45', '08:00']) {
+        const record = await backend.backend.claims.read({
+          jobId: 'payment-reminder',
+          window: `2026-11-30T${time}:00Z`,
+        });
+        if (record) {
+          expect(record.delivery.backfilled).toBe(true);
+          ran.push(time);
+        }
+      }
+      expect(ran).toEqual(expected);
+    },
+  );
+});
+
+describe('npm start -- serve', () => {
+  it('runs the catalog on its schedules, one line per window, and catches up after a restart', async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), 'slotguard-serve-'));
+    try {
+      const lines: string[] = [];
+      const out = { write: (text: string) => lines.push(text) !== 0 };
+      // Monday 30 November 2026, 09:00 Moscow is 06:00Z: both jobs are due at 06:00.
+      const clock = new ManualClock(Date.parse('2026-11-30T05:59:30Z'));
+      const first = await startServe({
+        stateDir,
+        replicas: 2,
+        customers: 30,
+        invoicesPerWindow: 3,
+        out,
+        clock,
+      });
+      await clock.advance(30_000);
+      await first.runner.idle();
+      await first.stop();
+      const windows = lines
+        .join('')
+        .split('\n')
+        .filter((line) => line.startsWith('2026-11-30T06:00:00Z'));
+      expect(windows).toHaveLength(2);
+      expect(windows.find((l) => l.includes('weekly-report'))).toMatch(
+        /fires 2 .*delivered 30 .*duplicates 0 .*in doubt 0 .*DONE epoch 1/,
+      );
+      expect(windows.find((l) => l.includes('payment-reminder'))).toMatch(/delivered 3 .*DONE epoch 1/);
+      const state = JSON.parse(await readFile(join(stateDir, 'serve.json'), 'utf8')) as {
+        stoppedAt?: string;
+      };
+      expect(state.stoppedAt).toBeDefined();
+
+      // Started again at 06:40: 06:15 and 06:30 passed with nothing running; the policy is once.
+      lines.length = 0;
+      const again = await startServe({
+        stateDir,
+        replicas: 2,
+        customers: 30,
+        invoicesPerWindow: 3,
+        out,
+        clock: new ManualClock(Date.parse('2026-11-30T06:40:00Z')),
+      });
+      await again.stop();
+      const text = lines.join('');
+      expect(text).toContain('2026-11-30T06:30:00Z payment-reminder (catch-up)');
+      expect(text).toContain(
+        'catch-up payment-reminder: 2 windows missed since the last start; policy once within 1440 min: ran 1, not run: 1 superseded',
+      );
+      expect(text).toContain('catch-up weekly-report: no window missed');
+    } finally {
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  });
+});
