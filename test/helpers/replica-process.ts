@@ -1,42 +1,555 @@
 /**
- * One replica of the weekly report in a real child process, for crash tests: it runs the handler
- * against the DynamoDB endpoint and SMTP server it is given, with the system clock, and prints
- * `sent <n>` after each email the SMTP server accepted, so the parent can SIGKILL it mid-run.
+ * One replica of the weekly report as a real child process, for the crash, freeze and fault tests,
+ * and the parent's handle on it. Both sides of the contract live here: the environment the child
+ * reads, and the lines it writes.
+ *
+ * Run as a script (`node --import tsx test/helpers/replica-process.ts`), it fires one window of the
+ * weekly report against the store it is given, with its own clock (the system clock plus a skew),
+ * and emails every customer over real SMTP. What it does is written to stdout, one line each:
+ *
+ *   ready                        started; with START=stdin it now waits for a line on stdin
+ *   claim <json>                 the claim's outcome: { kind, epoch, via }
+ *   sent <n> <email>             the n-th email the SMTP server accepted (unless SENT_LINES=none)
+ *   rss <sent> <rss> <heap>      resident set and V8 heap bytes after every RSS_EVERY emails
+ *   crash <point> <n> <email>    the next instant it SIGKILLs itself
+ *   log <json>                   the runtime's warnings and errors
+ *   faults <json>                how many store faults were injected (FAULTS)
+ *   result <json>                the handler's response
+ *   usage <json>                 peak RSS and CPU time, last
+ *
+ * Writes to a pipe are synchronous on Linux, so a line is with the parent before the next statement
+ * runs, and a crash line is never lost to the kill that follows it.
  */
-import { weeklyReportJob } from '../../functions/weekly-report/job.js';
-import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
-import { createDynamoClient } from '../../shared/backends/dynamodb/dynamodb-backend.js';
-import { smtpSender } from '../../shared/effects/smtp-email-sender.js';
-import { createJobHandler } from '../../shared/job/lambda-handler.js';
-import { silentLog } from '../../shared/telemetry/log.js';
-import { emfMetrics } from '../../shared/telemetry/metrics.js';
-import { testBackend } from './harness.js';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { dirname, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import type { HandlerResponse } from '../../shared/job/lambda-handler.js';
+import type { ClaimOutcome, ClaimStore } from '../../shared/slot/ports.js';
+import type { Slot } from '../../shared/slot/slot.js';
 
-const env = (name: string) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`replica-process needs ${name}`);
-  return value;
-};
+/** Where a replica kills itself (CRASH), if anywhere. */
+export const CrashPoint = {
+  None: 'none',
+  /** When the job pulls its first customer: the slot is claimed, nothing is reserved. */
+  BeforeFirstEffect: 'before-first-effect',
+  /** Inside the CRASH_AT-th send, before it is handed to SMTP: reserved, not sent. */
+  AfterReserve: 'after-reserve',
+  /** Right after the CRASH_AT-th SMTP send returned, before its done mark is flushed. */
+  AfterSend: 'after-send',
+} as const;
+export type CrashPoint = (typeof CrashPoint)[keyof typeof CrashPoint];
 
-const smtp = smtpSender({ host: '127.0.0.1', port: Number(env('SMTP_PORT')), maxConnections: 4 });
-let sent = 0;
-const handler = createJobHandler(
-  weeklyReportJob({
-    customers: () => syntheticCustomers(Number(env('TOTAL'))),
-    sender: {
-      async send(message, options) {
-        await smtp.send(message, options);
-        process.stdout.write(`sent ${++sent}\n`);
-      },
+/** The store a replica runs against. */
+export type ReplicaStore =
+  | { readonly backend: 'dynamodb'; readonly endpoint: string; readonly table: string }
+  | { readonly backend: 'postgres'; readonly connectionString: string; readonly schema: string };
+
+/** How one replica runs; `replicaEnv` turns it into the child's environment. */
+export interface ReplicaOptions {
+  readonly store: ReplicaStore;
+  /** The window's scheduled time, e.g. `2026-11-30T06:00:00Z`. */
+  readonly window: string;
+  /** Customers in the window (synthetic, streamed). */
+  readonly total: number;
+  readonly smtpPort: number;
+  /**
+   * The invocation id (owner tokens start with it) and the Postgres application_name.
+   * @default 'replica'
+   */
+  readonly name?: string;
+  /** @default 4 */
+  readonly concurrency?: number;
+  /** @default 60 */
+  readonly leaseSeconds?: number;
+  /**
+   * Added to Date.now() for every reading of the replica's clock.
+   * @default 0
+   */
+  readonly clockSkewMs?: number;
+  /** @default no crash */
+  readonly crash?: { readonly point: CrashPoint; readonly at?: number };
+  /**
+   * DynamoDB only: shares of requests that are throttled, fail with a 500 or lose their reply, as
+   * `throttle:0.1,server-error:0.05,lost-reply:0.03` (see test/helpers/faults.ts).
+   * @default none
+   */
+  readonly faults?: string;
+  /** @default 1 */
+  readonly faultSeed?: number;
+  /**
+   * Wait for `go()` before firing, so a test can start several replicas and release them in order.
+   * @default false
+   */
+  readonly waitForGo?: boolean;
+  /**
+   * Write a `sent` line per email; off for long runs, whose parent only wants `rss` lines.
+   * @default true
+   */
+  readonly reportEachSend?: boolean;
+  /**
+   * Write an `rss` line after every this many emails.
+   * @default 0 (never)
+   */
+  readonly rssEvery?: number;
+  /**
+   * Node flags for the child, e.g. `['--expose-gc']` so `rss` lines measure the heap after a full
+   * collection. Not part of the environment: they go on the child's command line.
+   * @default none
+   */
+  readonly nodeFlags?: readonly string[];
+}
+
+/** The child's environment for `options`: the contract, spelled out. */
+export function replicaEnv(options: ReplicaOptions): Record<string, string> {
+  const store: Record<string, string> =
+    options.store.backend === 'dynamodb'
+      ? { BACKEND: 'dynamodb', DYNAMO_ENDPOINT: options.store.endpoint, TABLE: options.store.table }
+      : { BACKEND: 'postgres', DATABASE_URL: options.store.connectionString, SCHEMA: options.store.schema };
+  return {
+    ...store,
+    WINDOW: options.window,
+    TOTAL: String(options.total),
+    SMTP_PORT: String(options.smtpPort),
+    REPLICA: options.name ?? 'replica',
+    CONCURRENCY: String(options.concurrency ?? 4),
+    LEASE_SECONDS: String(options.leaseSeconds ?? 60),
+    CLOCK_SKEW_MS: String(options.clockSkewMs ?? 0),
+    CRASH: options.crash?.point ?? CrashPoint.None,
+    CRASH_AT: String(options.crash?.at ?? 1),
+    FAULTS: options.faults ?? 'none',
+    FAULT_SEED: String(options.faultSeed ?? 1),
+    START: options.waitForGo ? 'stdin' : 'now',
+    SENT_LINES: options.reportEachSend === false ? 'none' : 'each',
+    RSS_EVERY: String(options.rssEvery ?? 0),
+  };
+}
+
+/** A `claim` line. */
+export interface ClaimLine {
+  readonly kind: ClaimOutcome['kind'];
+  readonly epoch?: number;
+  readonly via?: string;
+}
+
+/** A `crash` line. */
+export interface CrashLine {
+  readonly point: CrashPoint;
+  readonly n: number;
+  readonly email: string;
+}
+
+/** An `rss` line. */
+export interface RssSample {
+  /** Emails sent when it was taken. */
+  readonly sent: number;
+  /** Resident set size. */
+  readonly bytes: number;
+  /** V8 heap in use. */
+  readonly heapBytes: number;
+}
+
+/** How a replica ended, from its exit status and its last lines. */
+export interface ReplicaExit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly result?: HandlerResponse;
+  readonly crash?: CrashLine;
+  readonly faults?: Record<string, number>;
+  /** Peak resident memory (getrusage) and CPU time, from the `usage` line. */
+  readonly usage?: { readonly maxRssBytes: number; readonly cpuMs: number };
+}
+
+/** The parent's handle on a running replica. */
+export interface Replica {
+  readonly name: string;
+  readonly process: ChildProcess;
+  /** Emails the child reported accepted by the SMTP server, in order (with `reportEachSend`). */
+  readonly sent: readonly string[];
+  /** Emails sent so far, by the child's count (also without `reportEachSend`, from `rss` lines). */
+  readonly sentCount: number;
+  readonly claims: readonly ClaimLine[];
+  /** Memory samples from `rss` lines: resident set and V8 heap in use (after a full GC with --expose-gc). */
+  readonly rss: readonly RssSample[];
+  readonly logs: readonly { readonly level: string; readonly message: string }[];
+  /** Resolves with the first line (seen or to come) that `match` accepts; rejects if the child ends first. */
+  until(match: (line: string) => boolean, what: string): Promise<string>;
+  /** Resolves once the child has reported `n` emails sent. */
+  untilSent(n: number): Promise<void>;
+  /** Releases a replica started with `waitForGo`. */
+  go(): void;
+  /** SIGSTOP: the process freezes where it stands, sockets open, timers stopped. */
+  freeze(): void;
+  /** SIGCONT. */
+  thaw(): void;
+  /** Resolves once the process has exited and its output is read. */
+  readonly exited: Promise<ReplicaExit>;
+}
+
+const SCRIPT = fileURLToPath(import.meta.url);
+const REPO = resolve(dirname(SCRIPT), '../..');
+
+/** Starts a replica in a child process (`node --import tsx` on this file). */
+export function startReplica(options: ReplicaOptions): Replica {
+  const name = options.name ?? 'replica';
+  const child = spawn(process.execPath, [...(options.nodeFlags ?? []), '--import', 'tsx', SCRIPT], {
+    cwd: REPO,
+    env: { ...process.env, ...replicaEnv(options) },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  const seen: string[] = [];
+  const sent: string[] = [];
+  const claims: ClaimLine[] = [];
+  const rss: RssSample[] = [];
+  const logs: { level: string; message: string }[] = [];
+  let sentCount = 0;
+  let stderr = '';
+  let ended: string | undefined;
+  const exit: {
+    result?: HandlerResponse;
+    crash?: CrashLine;
+    faults?: Record<string, number>;
+    usage?: { maxRssBytes: number; cpuMs: number };
+  } = {};
+  const waiters = new Set<{
+    match: (line: string) => boolean;
+    resolve: (line: string) => void;
+    fail: () => void;
+  }>();
+
+  // A child that died cannot read its `go`: the write fails with EPIPE, which is no test's concern.
+  child.stdin.on('error', () => {});
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString('utf8')).slice(-4_000);
+  });
+  createInterface({ input: child.stdout }).on('line', (line) => {
+    const space = line.indexOf(' ');
+    const kind = space < 0 ? line : line.slice(0, space);
+    const rest = space < 0 ? '' : line.slice(space + 1);
+    switch (kind) {
+      case 'sent': {
+        const [n, email] = rest.split(' ');
+        sentCount = Number(n);
+        if (email) sent.push(email);
+        break;
+      }
+      case 'rss': {
+        const [n = 0, bytes = 0, heapBytes = 0] = rest.split(' ').map(Number);
+        sentCount = Math.max(sentCount, n);
+        rss.push({ sent: n, bytes, heapBytes });
+        break;
+      }
+      case 'claim':
+        claims.push(JSON.parse(rest) as ClaimLine);
+        break;
+      case 'log':
+        logs.push(JSON.parse(rest) as { level: string; message: string });
+        break;
+      case 'crash': {
+        const [point, n, email] = rest.split(' ');
+        exit.crash = { point: point as CrashPoint, n: Number(n), email: email ?? '' };
+        break;
+      }
+      case 'faults':
+        exit.faults = JSON.parse(rest) as Record<string, number>;
+        break;
+      case 'result':
+        exit.result = JSON.parse(rest) as HandlerResponse;
+        break;
+      case 'usage':
+        exit.usage = JSON.parse(rest) as { maxRssBytes: number; cpuMs: number };
+        break;
+      default:
+        break;
+    }
+    // Only the lines a test may wait for are kept, so a long run's `sent` lines cost no memory.
+    if (kind !== 'sent' && kind !== 'rss') seen.push(line);
+    for (const waiter of waiters) {
+      if (waiter.match(line)) {
+        waiters.delete(waiter);
+        waiter.resolve(line);
+      }
+    }
+  });
+
+  const exited = new Promise<ReplicaExit>((resolveExit) => {
+    child.on('close', (code, signal) => {
+      ended = `replica ${name} ended (${signal ?? `exit code ${code}`})`;
+      for (const waiter of waiters) waiter.fail();
+      waiters.clear();
+      if (code !== 0 && signal === null) process.stderr.write(`${ended}; its stderr:\n${stderr}\n`);
+      resolveExit({ code, signal, ...exit });
+    });
+  });
+
+  const signal = (which: NodeJS.Signals) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(which);
+  };
+  return {
+    name,
+    process: child,
+    sent,
+    get sentCount() {
+      return sentCount;
     },
-    concurrency: 4,
-  }),
-  {
-    backend: testBackend(createDynamoClient({ endpoint: env('DYNAMO_ENDPOINT') }), env('TABLE')),
-    metrics: () => emfMetrics({ jobId: 'weekly-report', write: () => {} }),
-    log: silentLog,
-  },
-);
-const result = await handler({ jobId: 'weekly-report', scheduledTime: env('WINDOW'), attemptNumber: '1' });
-process.stdout.write(`result ${JSON.stringify(result)}\n`);
-smtp.close();
+    claims,
+    rss,
+    logs,
+    until(match, what) {
+      const found = seen.find(match);
+      if (found !== undefined) return Promise.resolve(found);
+      return new Promise<string>((resolveLine, reject) => {
+        const fail = () =>
+          reject(new Error(`${ended ?? `replica ${name} ended`} before ${what}; its stderr:\n${stderr}`));
+        if (ended) return fail();
+        waiters.add({ match, resolve: resolveLine, fail });
+      });
+    },
+    untilSent(n) {
+      if (sentCount >= n) return Promise.resolve();
+      return this.until(() => sentCount >= n, `sending ${n} emails`).then(() => {});
+    },
+    go: () => {
+      child.stdin.write('go\n');
+    },
+    freeze: () => signal('SIGSTOP'),
+    thaw: () => signal('SIGCONT'),
+    exited,
+  };
+}
+
+/** The child: reads its environment, fires the window, reports each step on stdout. */
+async function runReplica(): Promise<void> {
+  const { syntheticCustomers } = await import('../../functions/weekly-report/recipients.js');
+  const { weeklyReportJob } = await import('../../functions/weekly-report/job.js');
+  const { systemClock } = await import('../../shared/clock.js');
+  const { smtpSender } = await import('../../shared/effects/smtp-email-sender.js');
+  const { createJobHandler } = await import('../../shared/job/lambda-handler.js');
+  const { emfMetrics } = await import('../../shared/telemetry/metrics.js');
+  const { schedulerEvent } = await import('./harness.js');
+
+  const env = readEnv(process.env);
+  const write = (line: string) => process.stdout.write(`${line}\n`);
+  const crash = (point: CrashPoint, n: number, email: string) => {
+    write(`crash ${point} ${n} ${email}`);
+    process.kill(process.pid, 'SIGKILL');
+  };
+
+  const store = await openStore(env);
+  const smtp = smtpSender({
+    host: '127.0.0.1',
+    port: env.smtpPort,
+    maxConnections: Math.min(env.concurrency, 16),
+  });
+  let started = 0;
+  let sent = 0;
+  async function* customers() {
+    if (env.crash === CrashPoint.BeforeFirstEffect) crash(env.crash, 0, '-');
+    yield* syntheticCustomers(env.total);
+  }
+  const handler = createJobHandler(
+    weeklyReportJob({
+      customers,
+      sender: {
+        async send(message, options) {
+          if (++started === env.crashAt && env.crash === CrashPoint.AfterReserve) {
+            crash(env.crash, started, message.to);
+          }
+          await smtp.send(message, options);
+          const n = ++sent;
+          if (env.reportEachSend) write(`sent ${n} ${message.to}`);
+          if (env.rssEvery > 0 && n % env.rssEvery === 0) {
+            // With --expose-gc (the stream bench), the heap is measured after a full collection:
+            // what the run retains, apart from garbage not yet collected.
+            (globalThis as { gc?: () => void }).gc?.();
+            const { rss, heapUsed } = process.memoryUsage();
+            write(`rss ${n} ${rss} ${heapUsed}`);
+          }
+          if (n === env.crashAt && env.crash === CrashPoint.AfterSend) crash(env.crash, n, message.to);
+        },
+      },
+      concurrency: env.concurrency,
+    }),
+    {
+      backend: { ...store.backend, claims: reportingClaims(store.backend.claims, write) },
+      metrics: () => emfMetrics({ jobId: 'weekly-report', write: () => {} }),
+      log: {
+        info() {},
+        warn: (message) => write(`log ${JSON.stringify({ level: 'warn', message })}`),
+        error: (message) => write(`log ${JSON.stringify({ level: 'error', message })}`),
+      },
+      clock: { now: () => Date.now() + env.clockSkewMs, schedule: systemClock.schedule },
+      options: { leaseMs: env.leaseSeconds * 1000, effectConcurrency: env.concurrency },
+    },
+  );
+
+  write('ready');
+  if (env.waitForGo) await lineOnStdin();
+  const result = await handler(schedulerEvent('weekly-report', env.window, env.attempt, `exec-${env.name}`), {
+    awsRequestId: env.name,
+    getRemainingTimeInMillis: () => 900_000,
+  });
+  write(`result ${JSON.stringify(result)}`);
+  if (store.faults) write(`faults ${JSON.stringify(store.faults)}`);
+  smtp.close();
+  await store.close();
+  const usage = process.resourceUsage();
+  write(
+    `usage ${JSON.stringify({ maxRssBytes: usage.maxRSS * 1024, cpuMs: Math.round((usage.userCPUTime + usage.systemCPUTime) / 1000) })}`,
+  );
+}
+
+interface ReplicaConfig {
+  readonly store: ReplicaStore;
+  readonly window: string;
+  readonly total: number;
+  readonly smtpPort: number;
+  readonly name: string;
+  readonly attempt: number;
+  readonly concurrency: number;
+  readonly leaseSeconds: number;
+  readonly clockSkewMs: number;
+  readonly crash: CrashPoint;
+  readonly crashAt: number;
+  readonly faults: string;
+  readonly faultSeed: number;
+  readonly waitForGo: boolean;
+  readonly reportEachSend: boolean;
+  readonly rssEvery: number;
+}
+
+function readEnv(env: NodeJS.ProcessEnv): ReplicaConfig {
+  const text = (name: string, fallback?: string): string => {
+    const value = env[name] ?? fallback;
+    if (value === undefined || value === '')
+      throw new Error(`replica-process needs ${name} in its environment`);
+    return value;
+  };
+  const number = (name: string, fallback?: number): number => {
+    const value = Number(text(name, fallback === undefined ? undefined : String(fallback)));
+    if (!Number.isFinite(value)) throw new Error(`replica-process: ${name} is ${env[name]}; use a number`);
+    return value;
+  };
+  const backend = text('BACKEND', 'dynamodb');
+  const crash = text('CRASH', CrashPoint.None) as CrashPoint;
+  if (!Object.values(CrashPoint).includes(crash)) {
+    throw new Error(`replica-process: CRASH is ${crash}; use one of ${Object.values(CrashPoint).join(', ')}`);
+  }
+  let store: ReplicaStore;
+  if (backend === 'dynamodb') {
+    store = { backend, endpoint: text('DYNAMO_ENDPOINT'), table: text('TABLE') };
+  } else if (backend === 'postgres') {
+    store = { backend, connectionString: text('DATABASE_URL'), schema: text('SCHEMA') };
+  } else {
+    throw new Error(`replica-process: BACKEND is ${backend}; use dynamodb or postgres`);
+  }
+  return {
+    store,
+    window: text('WINDOW'),
+    total: number('TOTAL'),
+    smtpPort: number('SMTP_PORT'),
+    name: text('REPLICA', 'replica'),
+    attempt: number('ATTEMPT', 1),
+    concurrency: number('CONCURRENCY', 4),
+    leaseSeconds: number('LEASE_SECONDS', 60),
+    clockSkewMs: number('CLOCK_SKEW_MS', 0),
+    crash,
+    crashAt: number('CRASH_AT', 1),
+    faults: text('FAULTS', 'none'),
+    faultSeed: number('FAULT_SEED', 1),
+    waitForGo: text('START', 'now') === 'stdin',
+    reportEachSend: text('SENT_LINES', 'each') !== 'none',
+    rssEvery: number('RSS_EVERY', 0),
+  };
+}
+
+/** The backend the child runs on, with the store faults it was asked for, and how to let it go. */
+async function openStore(env: ReplicaConfig) {
+  const { hmacEffectKeys } = await import('../../shared/effects/effect-key.js');
+  const { TEST_SECRET, testBackend } = await import('./harness.js');
+  if (env.store.backend === 'dynamodb') {
+    const { createDynamoClient } = await import('../../shared/backends/dynamodb/dynamodb-backend.js');
+    const { injectFaults } = await import('./faults.js');
+    const client = createDynamoClient({ endpoint: env.store.endpoint });
+    const plan = parseFaults(env.faults);
+    const faults = plan ? injectFaults(client, { ...plan, seed: env.faultSeed }) : undefined;
+    return {
+      backend: testBackend(client, env.store.table),
+      faults,
+      close: async () => client.destroy(),
+    };
+  }
+  if (env.faults !== 'none')
+    throw new Error('replica-process: FAULTS are injected into DynamoDB clients only');
+  const { createPostgresPool, postgresBackend } = await import('../../shared/backends/postgres/index.js');
+  const pool = createPostgresPool({
+    connectionString: env.store.connectionString,
+    applicationName: env.name,
+    max: Math.min(env.concurrency + 2, 32),
+  });
+  return {
+    backend: postgresBackend({ pool, schema: env.store.schema, hashKey: hmacEffectKeys(TEST_SECRET) }),
+    faults: undefined,
+    close: () => pool.end(),
+  };
+}
+
+/** `throttle:0.1,server-error:0.05,lost-reply:0.03`, or undefined for `none`. */
+function parseFaults(text: string): { throttle: number; serverError: number; lostReply: number } | undefined {
+  if (text === 'none') return undefined;
+  const plan = { throttle: 0, serverError: 0, lostReply: 0 };
+  const names = { throttle: 'throttle', 'server-error': 'serverError', 'lost-reply': 'lostReply' } as const;
+  for (const part of text.split(',')) {
+    const [name, share] = part.split(':');
+    const field = names[name as keyof typeof names];
+    const value = Number(share);
+    if (!field || !(value >= 0 && value < 1)) {
+      throw new Error(
+        `replica-process: FAULTS has ${JSON.stringify(part)}; use e.g. throttle:0.1,server-error:0.05,lost-reply:0.03`,
+      );
+    }
+    plan[field] = value;
+  }
+  return plan;
+}
+
+/** The claim store, writing each claim's outcome as a `claim` line. */
+function reportingClaims(claims: ClaimStore, write: (line: string) => void): ClaimStore {
+  return {
+    async claim(slot: Slot, lease, now) {
+      const outcome = await claims.claim(slot, lease, now);
+      const line =
+        outcome.kind === 'claimed'
+          ? { kind: outcome.kind, epoch: outcome.claim.epoch, via: outcome.claim.via }
+          : { kind: outcome.kind, ...(outcome.kind === 'held' ? { epoch: outcome.epoch } : {}) };
+      write(`claim ${JSON.stringify(line)}`);
+      return outcome;
+    },
+    renew: (claim, leaseMs, now) => claims.renew(claim, leaseMs, now),
+    complete: (claim, summary, now) => claims.complete(claim, summary, now),
+    release: (claim, reason, now) => claims.release(claim, reason, now),
+    read: (slot) => claims.read(slot),
+  };
+}
+
+function lineOnStdin(): Promise<void> {
+  return new Promise((resolveLine) => {
+    const lines = createInterface({ input: process.stdin });
+    lines.once('line', () => {
+      lines.close();
+      resolveLine();
+    });
+  });
+}
+
+if (resolve(process.argv[1] ?? '') === SCRIPT) {
+  try {
+    await runReplica();
+    process.exit(0);
+  } catch (error) {
+    process.stderr.write(
+      `replica failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
+    process.exit(1);
+  }
+}

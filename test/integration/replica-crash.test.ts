@@ -1,5 +1,3 @@
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
@@ -9,6 +7,7 @@ import { smtpSender } from '../../shared/effects/smtp-email-sender.js';
 import { type DynamoEndpoint, startDynamo } from '../helpers/dynalite.js';
 import { EmfRecorder, schedulerEvent, TEST_SECRET, testBackend, testHandler } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
+import { type ReplicaOptions, startReplica } from '../helpers/replica-process.js';
 
 let dynamo: DynamoEndpoint;
 let sink: SmtpSink;
@@ -20,22 +19,15 @@ afterAll(async () => {
 });
 
 /** Runs a replica in a child process and SIGKILLs it once it has sent `killAfter` emails. */
-function runAndKill(
-  env: Record<string, string>,
+async function runAndKill(
+  options: Omit<ReplicaOptions, 'smtpPort'>,
   killAfter: number,
 ): Promise<{ signal: string | null; lastSent: number }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/helpers/replica-process.ts'], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  let lastSent = 0;
-  createInterface({ input: child.stdout }).on('line', (line) => {
-    const match = /^sent (\d+)$/.exec(line);
-    if (!match) return;
-    lastSent = Number(match[1]);
-    if (lastSent === killAfter) child.kill('SIGKILL');
-  });
-  return new Promise((resolve) => child.on('exit', (_code, signal) => resolve({ signal, lastSent })));
+  const replica = startReplica({ ...options, smtpPort: sink.port });
+  await replica.untilSent(killAfter);
+  replica.process.kill('SIGKILL');
+  const { signal } = await replica.exited;
+  return { signal, lastSent: replica.sentCount };
 }
 
 describe('a replica killed mid-run', () => {
@@ -44,13 +36,7 @@ describe('a replica killed mid-run', () => {
     const total = 600;
     const table = await dynamo.freshTable();
     const killed = await runAndKill(
-      {
-        DYNAMO_ENDPOINT: dynamo.endpoint,
-        TABLE: table,
-        TOTAL: String(total),
-        SMTP_PORT: String(sink.port),
-        WINDOW: window,
-      },
+      { store: { backend: 'dynamodb', endpoint: dynamo.endpoint, table }, total, window },
       163,
     );
     expect(killed.signal).toBe('SIGKILL');

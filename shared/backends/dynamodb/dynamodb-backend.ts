@@ -9,6 +9,7 @@ import { JOB_DEFAULTS } from '../../job/job-spec.js';
 import type { SlotBackend } from '../../job/run-slot.js';
 import { DynamoClaimStore } from './dynamodb-claim-store.js';
 import { DynamoEffectLedger } from './dynamodb-effect-ledger.js';
+import { FullJitterRetryStrategy } from './dynamodb-retry-strategy.js';
 import { TableLayout } from './table-layout.js';
 
 export interface DynamoBackendOptions {
@@ -51,8 +52,9 @@ export interface DynamoClientOptions {
   /** @default AWS_REGION, else 'us-east-1' */
   readonly region?: string;
   /**
-   * Attempts per request, with the SDK's jittered exponential backoff between them. Throttling and
-   * 5xx are retried; a conditional-check failure never is.
+   * Attempts per request, with full-jitter exponential backoff between them (FullJitterRetryStrategy:
+   * no client-wide retry quota). Throttling, 5xx, timeouts and dropped connections are retried; a
+   * conditional-check failure never is.
    * @default 8
    */
   readonly maxAttempts?: number;
@@ -60,9 +62,11 @@ export interface DynamoClientOptions {
 
 /** A DynamoDB client set up for slotguard's request pattern (many small conditional writes). */
 export function createDynamoClient(options: DynamoClientOptions = {}): DynamoDBClient {
+  const maxAttempts = options.maxAttempts ?? 8;
   return new DynamoDBClient({
     region: options.region ?? process.env.AWS_REGION ?? 'us-east-1',
-    maxAttempts: options.maxAttempts ?? 8,
+    maxAttempts,
+    retryStrategy: new FullJitterRetryStrategy(maxAttempts),
     ...(options.endpoint
       ? { endpoint: options.endpoint, credentials: { accessKeyId: 'local', secretAccessKey: 'local' } }
       : {}),

@@ -1,0 +1,549 @@
+/**
+ * The fault matrix: each failure slotguard promises to survive, staged on a real server with
+ * replicas as real child processes (test/helpers/replica-process.ts) that email a real SMTP server
+ * on loopback. Described once here and run against every backend by its own test file.
+ *
+ * Every count a scenario asserts comes from outside the runtime: what the SMTP sink accepted, what
+ * the ledger holds once the dust settles, and the run summaries; each scenario prints one line of
+ * them. Nothing waits on a timer: a replica is crashed, frozen or faulted when its own stdout says
+ * it reached the point, and a dead holder's lease is ended by the backend's `expireLease`.
+ */
+import { describe, expect, it, onTestFailed, onTestFinished } from 'vitest';
+import { weeklyReportJob } from '../../functions/weekly-report/job.js';
+import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
+import { type SmtpSink, startSmtpSink } from '../../local/smtp-sink.js';
+import type { Clock } from '../../shared/clock.js';
+import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
+import { smtpSender } from '../../shared/effects/smtp-email-sender.js';
+import type { HandlerResponse } from '../../shared/job/lambda-handler.js';
+import type { SlotBackend } from '../../shared/job/run-slot.js';
+import { type EffectRecord, EffectState, type RunSummary } from '../../shared/slot/ports.js';
+import type { Slot } from '../../shared/slot/slot.js';
+import { EmfRecorder, schedulerEvent, TEST_SECRET, testHandler } from '../helpers/harness.js';
+import {
+  CrashPoint,
+  type Replica,
+  type ReplicaExit,
+  type ReplicaOptions,
+  type ReplicaStore,
+  type RssSample,
+  startReplica,
+} from '../helpers/replica-process.js';
+import { startTcpProxy } from '../helpers/tcp-proxy.js';
+
+const JOB = 'weekly-report';
+/** The children's lease: long enough that nothing but a test's `expireLease` ever ends one. */
+export const LEASE_MS = 60_000;
+
+/** A host and port on loopback. */
+export interface Address {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** One scenario's store: a fresh DynamoDB table or Postgres schema. */
+export interface ScenarioStore {
+  /** The table or schema, unique to the scenario. */
+  readonly name: string;
+  /** The server, for a proxy to stand in front of. */
+  readonly address: Address;
+  /** How a replica process finds this store, through `via` (a proxy) when given. */
+  replicaStore(via?: Address): ReplicaStore;
+  /** The store as an in-process replica sees it: survivors run on it, the ledger is read through it. */
+  readonly backend: SlotBackend;
+  /**
+   * Ends the lease on `slot` for the next claimer, without waiting for it, and returns the clock
+   * that claimer runs on. DynamoDB compares the claimer's clock with the lease end the holder wrote
+   * (by a clock `holderSkewMs` off), so the survivor gets a ManualClock past it; Postgres compares
+   * the database's clock, so the row's lease end is moved into the past.
+   */
+  expireLease(slot: Slot, holderSkewMs: number): Promise<Clock>;
+}
+
+/** Faults in the store while a replica runs (scenario 6), as each backend can have them. */
+export interface StoreFaults {
+  /** Options for the replica (DynamoDB: injected throttling, 5xx and lost replies). */
+  readonly replica?: Partial<ReplicaOptions>;
+  /** What the parent does to the store while the replica sends `total` emails; returns a description. */
+  during?(replica: Replica, store: ScenarioStore, slot: Slot, total: number): Promise<string>;
+  /** The seed that replays the injected faults, printed when the scenario fails. */
+  readonly seed?: number;
+  /** Describes what the replica reported injecting. */
+  describe?(exit: ReplicaExit): string;
+}
+
+/** What one backend brings to the matrix. */
+export interface FaultMatrixBackend {
+  readonly name: string;
+  /** Whose clock ends a lease: each claimer's (DynamoDB) or the database's (Postgres). */
+  readonly leaseClock: 'caller' | 'database';
+  freshStore(): Promise<ScenarioStore>;
+  readonly storeFaults: StoreFaults;
+  /**
+   * Hits `clients` separate clients with one burst of retryable faults at the same instant and
+   * returns, per client, when each attempt of its request started (ms after the burst).
+   */
+  burstRetryTimes(clients: number): Promise<number[][]>;
+  /** Recipients for the streaming scenario: as many as fit about half a minute on two cores. */
+  readonly streamRecipients: number;
+}
+
+/** The window of "now" by the system clock, as the scheduler would stamp it. */
+function currentWindow(): string {
+  return new Date(Math.floor(Date.now() / 60_000) * 60_000 - 60_000).toISOString().replace('.000Z', 'Z');
+}
+
+/** Every customer's email by its effect-key hash, so ledger records can be matched with the sink. */
+async function emailsByKey(total: number): Promise<Map<string, string>> {
+  const hash = hmacEffectKeys(TEST_SECRET);
+  const emails = new Map<string, string>();
+  for await (const customer of syntheticCustomers(total)) emails.set(hash(customer.email), customer.email);
+  return emails;
+}
+
+/** The ledger of a slot once every replica is done, split by epoch and state. */
+class LedgerTally {
+  constructor(
+    readonly records: readonly EffectRecord[],
+    private readonly emails: ReadonlyMap<string, string>,
+  ) {}
+
+  static async read(backend: SlotBackend, slot: Slot, emails: ReadonlyMap<string, string>) {
+    const records: EffectRecord[] = [];
+    for await (const record of backend.ledger.list(slot)) records.push(record);
+    return new LedgerTally(records, emails);
+  }
+
+  /** Emails of the records in `state`, of `epoch` if given. */
+  emailsOf(state: EffectState, epoch?: number): string[] {
+    return this.records
+      .filter((r) => r.state === state && (epoch === undefined || r.epoch === epoch))
+      .map((r) => this.emails.get(r.keyHash) ?? `(unknown key ${r.keyHash})`);
+  }
+
+  count(state: EffectState, epoch?: number): number {
+    return this.emailsOf(state, epoch).length;
+  }
+}
+
+/** The sink's view of some recipients: how many got 0, 1 or more emails. */
+function receipts(sink: SmtpSink, emails: readonly string[]) {
+  let none = 0;
+  let once = 0;
+  let more = 0;
+  for (const email of emails) {
+    const n = sink.received.get(email) ?? 0;
+    if (n === 0) none++;
+    else if (n === 1) once++;
+    else more++;
+  }
+  return { none, once, more };
+}
+
+function sinkLine(sink: SmtpSink): string {
+  return `sink ${sink.total()} emails to ${sink.received.size} recipients, ${sink.duplicates()} twice`;
+}
+
+function summaryLine(s: RunSummary): string {
+  return `done ${s.done}, skipped ${s.skipped}, in doubt ${s.inDoubt}, failed ${s.failed}`;
+}
+
+/** The summary of a run that must have ended `status` at `epoch`. */
+function summaryOf(
+  result: HandlerResponse | undefined,
+  status: 'completed' | 'fenced',
+  epoch: number,
+): RunSummary {
+  expect(result).toMatchObject({ status, epoch });
+  if (result?.status !== status) throw new Error(`expected ${status}, got ${JSON.stringify(result)}`);
+  return result.summary;
+}
+
+const invocation = (name: string) => ({ awsRequestId: name, getRemainingTimeInMillis: () => 900_000 });
+
+export function describeFaultMatrix(backend: FaultMatrixBackend): void {
+  const tag = `[${backend.name}]`;
+
+  /** One scenario's store, sink and slot, torn down when the test ends whatever its outcome. */
+  async function setUp(total: number) {
+    const [store, sink, emails] = await Promise.all([
+      backend.freshStore(),
+      startSmtpSink(),
+      emailsByKey(total),
+    ]);
+    const window = currentWindow();
+    const slot: Slot = { jobId: JOB, window };
+    const replicas: Replica[] = [];
+    onTestFinished(async () => {
+      // A failed assertion can leave a child running or frozen: end it (SIGKILL ends a stopped one too).
+      for (const replica of replicas) replica.process.kill('SIGKILL');
+      await Promise.all(replicas.map((replica) => replica.exited));
+      await sink.close();
+    });
+    const replica = (name: string, options: Partial<ReplicaOptions> = {}) => {
+      const started = startReplica({
+        store: store.replicaStore(),
+        window,
+        total,
+        smtpPort: sink.port,
+        name,
+        concurrency: 8,
+        leaseSeconds: LEASE_MS / 1000,
+        ...options,
+      });
+      replicas.push(started);
+      return started;
+    };
+    /** Runs the weekly report in this process, as the replica that takes over. */
+    const survivor = async (name: string, clock: Clock) => {
+      const smtp = smtpSender({ host: sink.host, port: sink.port });
+      const emf = new EmfRecorder();
+      const { handler } = testHandler(
+        weeklyReportJob({ customers: () => syntheticCustomers(total), sender: smtp }),
+        store.backend,
+        { clock, emf },
+      );
+      try {
+        const result = await handler(schedulerEvent(JOB, window, 2, `exec-${name}`), invocation(name));
+        return { result, takeovers: emf.sum('LeaseTakeover') };
+      } finally {
+        smtp.close();
+      }
+    };
+    const ledger = () => LedgerTally.read(store.backend, slot, emails);
+    return { store, sink, emails, window, slot, replica, survivor, ledger };
+  }
+
+  /**
+   * Checks a survivor's takeover from a replica that was killed, against the ledger and the sink:
+   * every effect is done (by the dead replica or the survivor) or in doubt, each done recipient got
+   * exactly one email, each in-doubt one got at most one, and nobody got two.
+   */
+  async function assertTakeover(
+    { sink, ledger }: Awaited<ReturnType<typeof setUp>>,
+    total: number,
+    killed: ReplicaExit,
+    survivor: { result: HandlerResponse; takeovers: number },
+  ) {
+    expect(killed.signal).toBe('SIGKILL');
+    const summary = summaryOf(survivor.result, 'completed', 2);
+    expect(survivor.takeovers).toBe(1);
+    const tally = await ledger();
+    expect(tally.records).toHaveLength(total);
+    // What the survivor counted is what the ledger holds: the dead replica's marks, its
+    // reservations without a mark, and the survivor's own marks. Nothing here was refused.
+    expect({
+      skipped: summary.skipped,
+      inDoubt: summary.inDoubt,
+      done: summary.done,
+      failed: summary.failed,
+    }).toEqual({
+      skipped: tally.count(EffectState.Done, 1),
+      inDoubt: tally.count(EffectState.Reserved, 1),
+      done: tally.count(EffectState.Done, 2),
+      failed: 0,
+    });
+    const done = tally.emailsOf(EffectState.Done);
+    const inDoubt = tally.emailsOf(EffectState.Reserved);
+    expect(receipts(sink, done)).toEqual({ none: 0, once: done.length, more: 0 });
+    const doubtful = receipts(sink, inDoubt);
+    expect(doubtful.more).toBe(0);
+    expect(sink.duplicates()).toBe(0);
+    expect(sink.total()).toBe(done.length + doubtful.once);
+    // Not done = in doubt + failed, exactly.
+    expect(total - done.length).toBe(summary.inDoubt + summary.failed);
+    return { summary, tally, doubtful };
+  }
+
+  describe(`fault matrix on ${backend.name}: replicas as real processes, email over real SMTP`, () => {
+    it('takes over the slot of a replica killed between its claim and its first effect, and emails everyone once with nothing in doubt', async () => {
+      const total = 300;
+      const scenario = await setUp(total);
+      const dead = scenario.replica('killed-before-first', {
+        crash: { point: CrashPoint.BeforeFirstEffect },
+      });
+      const killed = await dead.exited;
+      expect(killed.crash?.point).toBe(CrashPoint.BeforeFirstEffect);
+      expect(dead.claims).toEqual([{ kind: 'claimed', epoch: 1, via: 'new' }]);
+      expect(scenario.sink.total()).toBe(0);
+
+      const clock = await scenario.store.expireLease(scenario.slot, 0);
+      const survivor = await scenario.survivor('survivor', clock);
+      const { summary } = await assertTakeover(scenario, total, killed, survivor);
+      expect(summary).toMatchObject({ done: total, skipped: 0, inDoubt: 0, failed: 0 });
+      expect(scenario.sink.total()).toBe(total);
+      console.info(
+        `${tag} 1 crash between claim and first effect: survivor took over at epoch 2: ${summaryLine(summary)}; ${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it('never emails the recipient whose replica was killed between reserving and sending: it is in doubt, and not done = in doubt + failed', async () => {
+      const total = 300;
+      const scenario = await setUp(total);
+      const dead = scenario.replica('killed-after-reserve', {
+        crash: { point: CrashPoint.AfterReserve, at: 120 },
+      });
+      const killed = await dead.exited;
+      const crashed = killed.crash;
+      expect(crashed).toMatchObject({ point: CrashPoint.AfterReserve, n: 120 });
+
+      const clock = await scenario.store.expireLease(scenario.slot, 0);
+      const survivor = await scenario.survivor('survivor', clock);
+      const { summary, doubtful, tally } = await assertTakeover(scenario, total, killed, survivor);
+      // The recipient it died over is in doubt, and got nothing.
+      expect(tally.emailsOf(EffectState.Reserved, 1)).toContain(crashed?.email);
+      expect(scenario.sink.received.get(crashed?.email ?? '')).toBeUndefined();
+      expect(doubtful.none).toBeGreaterThanOrEqual(1);
+      expect(summary.inDoubt).toBeGreaterThanOrEqual(1);
+      console.info(
+        `${tag} 2 crash between reservation and send (#${crashed?.n}, ${dead.sent.length} reported sent): ` +
+          `survivor ${summaryLine(summary)}; in doubt: ${doubtful.none} got nothing (the crashed one among them), ` +
+          `${doubtful.once} got one; ${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it('does not email again a recipient whose replica was killed between sending and marking it done: it is in doubt, with one email', async () => {
+      const total = 300;
+      const scenario = await setUp(total);
+      const dead = scenario.replica('killed-after-send', { crash: { point: CrashPoint.AfterSend, at: 120 } });
+      const killed = await dead.exited;
+      const crashed = killed.crash;
+      expect(crashed).toMatchObject({ point: CrashPoint.AfterSend, n: 120 });
+      expect(dead.sent).toHaveLength(120);
+
+      const clock = await scenario.store.expireLease(scenario.slot, 0);
+      const survivor = await scenario.survivor('survivor', clock);
+      const { summary, doubtful, tally } = await assertTakeover(scenario, total, killed, survivor);
+      // Sent, never marked: in doubt, and it got exactly the one email.
+      expect(tally.emailsOf(EffectState.Reserved, 1)).toContain(crashed?.email);
+      expect(scenario.sink.received.get(crashed?.email ?? '')).toBe(1);
+      expect(doubtful.once).toBeGreaterThanOrEqual(1);
+      // Everything the dead replica saw accepted reached its recipient once, never twice.
+      expect(receipts(scenario.sink, dead.sent)).toEqual({ none: 0, once: dead.sent.length, more: 0 });
+      console.info(
+        `${tag} 3 crash between send and mark (#${crashed?.n}): survivor ${summaryLine(summary)}; ` +
+          `in doubt: ${doubtful.once} got one email (the crashed one among them), ${doubtful.none} got nothing; ` +
+          `${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it('fences a replica frozen past its lease: the survivor completes, and the thawed replica ends fenced having emailed nobody the survivor did', async () => {
+      const total = 400;
+      const scenario = await setUp(total);
+      const frozen = scenario.replica('frozen');
+      await frozen.untilSent(100);
+      frozen.freeze();
+      const sentBeforeFreeze = frozen.sentCount;
+
+      const clock = await scenario.store.expireLease(scenario.slot, 0);
+      const survivor = await scenario.survivor('survivor', clock);
+      const survived = summaryOf(survivor.result, 'completed', 2);
+      expect(survivor.takeovers).toBe(1);
+
+      frozen.thaw();
+      const zombie = await frozen.exited;
+      const fenced = summaryOf(zombie.result, 'fenced', 1);
+      const tally = await scenario.ledger();
+      // Its own reservations it finishes and marks; everything else it finds taken and skips.
+      expect(tally.records).toHaveLength(total);
+      expect(tally.count(EffectState.Reserved)).toBe(0);
+      expect(fenced.done).toBe(tally.count(EffectState.Done, 1));
+      expect(fenced.done).toBe(frozen.sent.length);
+      expect(survived.done).toBe(tally.count(EffectState.Done, 2));
+      expect(survived.skipped + survived.inDoubt).toBe(fenced.done);
+      expect(survived.done + fenced.done).toBe(total);
+      // Nobody the survivor emailed heard from the zombie, and nobody got two.
+      const bySurvivor = new Set(tally.emailsOf(EffectState.Done, 2));
+      expect(frozen.sent.filter((email) => bySurvivor.has(email))).toEqual([]);
+      expect(scenario.sink.duplicates()).toBe(0);
+      expect(scenario.sink.received.size).toBe(total);
+      expect(scenario.sink.total()).toBe(total);
+      console.info(
+        `${tag} 4 lease expiry while working: frozen after ${sentBeforeFreeze} sent; survivor epoch 2 ${summaryLine(survived)}; ` +
+          `thawed replica ended fenced: ${summaryLine(fenced)}; ${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it('completes with the same counts when every store connection is dropped three times mid-run', async () => {
+      const total = 600;
+      const scenario = await setUp(total);
+      const proxy = await startTcpProxy(scenario.store.address);
+      onTestFinished(() => proxy.close());
+      const replica = scenario.replica('dropped', { store: scenario.store.replicaStore(proxy) });
+      const drops: number[] = [];
+      for (const at of [total / 4, total / 2, (total * 3) / 4]) {
+        await replica.untilSent(at);
+        drops.push(proxy.dropAll());
+      }
+      const exit = await replica.exited;
+      const summary = summaryOf(exit.result, 'completed', 1);
+      expect(drops.every((n) => n > 0)).toBe(true);
+      expect(summary).toMatchObject({ done: total, skipped: 0, inDoubt: 0, failed: 0 });
+      expect(scenario.sink.total()).toBe(total);
+      expect(scenario.sink.received.size).toBe(total);
+      const tally = await scenario.ledger();
+      expect(tally.count(EffectState.Done, 1)).toBe(total);
+      console.info(
+        `${tag} 5 dropped connections: ${drops.length} drops of ${drops.join(', ')} connections; ${summaryLine(summary)}; ${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it('completes with the same counts through bursts of store faults', async () => {
+      const total = 600;
+      const { seed } = backend.storeFaults;
+      if (seed !== undefined)
+        onTestFailed(() =>
+          console.error(`${tag} store faults seed ${seed}: FAULT_SEED=${seed} replays them`),
+        );
+      const scenario = await setUp(total);
+      const replica = scenario.replica('faulted', { concurrency: 32, ...backend.storeFaults.replica });
+      const during = await backend.storeFaults.during?.(replica, scenario.store, scenario.slot, total);
+      const exit = await replica.exited;
+      const summary = summaryOf(exit.result, 'completed', 1);
+      expect(summary).toMatchObject({ done: total, skipped: 0, inDoubt: 0, failed: 0 });
+      expect(scenario.sink.total()).toBe(total);
+      expect(scenario.sink.received.size).toBe(total);
+      const tally = await scenario.ledger();
+      expect(tally.count(EffectState.Done, 1)).toBe(total);
+      const injected = [during, backend.storeFaults.describe?.(exit)].filter(Boolean).join('; ');
+      console.info(
+        `${tag} 6 store faults (${injected}): ${summaryLine(summary)}; ${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it('retries a burst of store faults with jittered backoff: clients hit at the same instant do not retry in lockstep', async () => {
+      const times = await backend.burstRetryTimes(3);
+      for (const attempts of times) expect(attempts.length).toBeGreaterThanOrEqual(3);
+      // Lockstep would put every client's n-th attempt at the same instant.
+      const retries = Math.min(...times.map((t) => t.length)) - 1;
+      let spread = 0;
+      for (let n = 1; n <= retries; n++) {
+        const at = times.map((t) => t[n] ?? 0);
+        spread += Math.max(...at) - Math.min(...at);
+      }
+      for (let a = 0; a < times.length; a++) {
+        for (let b = a + 1; b < times.length; b++) {
+          const apart = Array.from({ length: retries }, (_, i) =>
+            Math.abs((times[a]?.[i + 1] ?? 0) - (times[b]?.[i + 1] ?? 0)),
+          );
+          expect(
+            Math.max(...apart),
+            `clients ${a} and ${b} retried at ${JSON.stringify(times)}`,
+          ).toBeGreaterThan(1);
+        }
+      }
+      expect(spread, JSON.stringify(times)).toBeGreaterThan(20);
+      console.info(
+        `${tag} 6 jittered backoff: attempts (ms after the burst) ${times.map((t) => `[${t.map((ms) => Math.round(ms)).join(', ')}]`).join(' ')}; ` +
+          `retries spread over ${Math.round(spread)} ms in total`,
+      );
+    });
+
+    it('emails nobody twice when replicas whose clocks are 2 minutes slow and 2 minutes fast fire the same window', async () => {
+      const total = 400;
+      const skew = 120_000;
+      /** Starts the replica with clock `first` skew, then the other one once the first is sending. */
+      const race = async (first: number) => {
+        const scenario = await setUp(total);
+        const early = scenario.replica(first < 0 ? 'slow-clock' : 'fast-clock', {
+          clockSkewMs: first,
+          waitForGo: true,
+        });
+        const late = scenario.replica(first < 0 ? 'fast-clock' : 'slow-clock', {
+          clockSkewMs: -first,
+          waitForGo: true,
+        });
+        await Promise.all([
+          early.until((l) => l === 'ready', 'ready'),
+          late.until((l) => l === 'ready', 'ready'),
+        ]);
+        early.go();
+        await early.untilSent(50);
+        late.go();
+        const [a, b] = await Promise.all([early.exited, late.exited]);
+        const takeovers = [...early.claims, ...late.claims].filter((c) => c.via === 'takeover').length;
+        const record = await scenario.store.backend.claims.read(scenario.slot);
+        expect(record?.epoch).toBe(1 + takeovers);
+        // Whoever ran, each recipient got exactly one email.
+        expect(scenario.sink.duplicates()).toBe(0);
+        expect(scenario.sink.received.size).toBe(total);
+        expect(scenario.sink.total()).toBe(total);
+        const tally = await scenario.ledger();
+        expect(tally.count(EffectState.Done)).toBe(total);
+        return { takeovers, a, b, sink: sinkLine(scenario.sink) };
+      };
+      const [slowFirst, fastFirst] = await Promise.all([race(-skew), race(skew)]);
+
+      // A fast clock never takes over from a slow one's live lease, on either backend.
+      expect(fastFirst.takeovers).toBe(0);
+      expect(fastFirst.a.result).toMatchObject({ status: 'completed', epoch: 1 });
+      expect(fastFirst.b.result).toMatchObject({ status: 'duplicate', outcome: { kind: 'held' } });
+      if (backend.leaseClock === 'caller') {
+        // The slow holder wrote a lease end 4 minutes behind the fast claimer's clock, which is past
+        // its 60 s lease: the fast one takes over a live holder. The ledger keeps it to one email each.
+        expect(slowFirst.takeovers).toBe(1);
+        const holder = summaryOf(slowFirst.a.result, 'fenced', 1);
+        const taker = summaryOf(slowFirst.b.result, 'completed', 2);
+        expect(taker.skipped + taker.inDoubt).toBe(holder.done);
+        expect(taker.done + holder.done).toBe(total);
+      } else {
+        // The database's clock decides: the fast replica finds the slot held and stands down.
+        expect(slowFirst.takeovers).toBe(0);
+        expect(slowFirst.a.result).toMatchObject({ status: 'completed', epoch: 1 });
+        expect(slowFirst.b.result).toMatchObject({ status: 'duplicate', outcome: { kind: 'held' } });
+      }
+      const describeRun = (exit: ReplicaExit) =>
+        exit.result && 'summary' in exit.result
+          ? `${exit.result.status} (${summaryLine(exit.result.summary)})`
+          : (exit.result?.status ?? 'no result');
+      console.info(
+        `${tag} 7 clock skew ±2 min: slow clock first: ${slowFirst.takeovers} takeover(s), slow ${describeRun(slowFirst.a)}, ` +
+          `fast ${describeRun(slowFirst.b)}, ${slowFirst.sink}; fast clock first: ${fastFirst.takeovers} takeover(s), ` +
+          `fast ${describeRun(fastFirst.a)}, slow ${describeRun(fastFirst.b)}, ${fastFirst.sink}`,
+      );
+    });
+
+    it(`streams ${backend.streamRecipients.toLocaleString('en-US')} recipients through one replica with bounded memory`, async () => {
+      const total = backend.streamRecipients;
+      const every = 1_000;
+      const scenario = await setUp(0);
+      const started = performance.now();
+      const replica = scenario.replica('stream', {
+        total,
+        concurrency: 64,
+        reportEachSend: false,
+        rssEvery: every,
+        // Each sample after a full collection: what the run holds, not garbage awaiting the GC.
+        nodeFlags: ['--expose-gc'],
+      });
+      const exit = await replica.exited;
+      const seconds = (performance.now() - started) / 1000;
+      const summary = summaryOf(exit.result, 'completed', 1);
+      expect(summary).toMatchObject({ done: total, skipped: 0, inDoubt: 0, failed: 0 });
+      expect(scenario.sink.total()).toBe(total);
+      expect(scenario.sink.received.size).toBe(total);
+      expect(replica.rss).toHaveLength(total / every);
+      const memory = memoryGrowth(replica.rss, total);
+      expect(memory.rssMb, JSON.stringify(replica.rss)).toBeLessThan(30);
+      expect(memory.heapMb, JSON.stringify(replica.rss)).toBeLessThan(5);
+      const peakMb = (exit.usage?.maxRssBytes ?? 0) / 1e6;
+      console.info(
+        `${tag} 8 streaming: ${total} recipients at concurrency 64 in ${seconds.toFixed(1)} s ` +
+          `(${Math.round(total / seconds)}/s); replica peak RSS ${peakMb.toFixed(0)} MB; growth from 20% to 100% ` +
+          `of the run: RSS ${memory.rssMb.toFixed(1)} MB, heap ${memory.heapMb.toFixed(1)} MB; ${sinkLine(scenario.sink)}`,
+      );
+    }, 120_000);
+  });
+}
+
+/**
+ * How much a run's memory grew between its first fifth and its end: the highest sample from 20% to
+ * 40% of the run against the highest from 80% to 100%, for the resident set and for the V8 heap.
+ * Peaks of windows, not single samples, so one sample landing on a lucky moment does not decide it.
+ */
+export function memoryGrowth(samples: readonly RssSample[], total: number) {
+  const peakIn = (from: number, to: number, of: (s: RssSample) => number) =>
+    Math.max(...samples.filter((s) => s.sent >= from * total && s.sent <= to * total).map(of));
+  const growth = (of: (s: RssSample) => number) => (peakIn(0.8, 1, of) - peakIn(0.2, 0.4, of)) / 1e6;
+  return { rssMb: growth((s) => s.bytes), heapMb: growth((s) => s.heapBytes) };
+}
