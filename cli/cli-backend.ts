@@ -34,7 +34,7 @@ export interface CliBackend {
   /** One line: where the slots are read from. */
   readonly description: string;
   readonly slots: SlotBackend;
-  /** Undefined where the backend has no operator store yet (Postgres). */
+  /** The operator port: every backend the CLI opens has one; undefined is refused by the commands. */
   readonly operator: OperatorStore | undefined;
   /**
    * True for a local backend (the state directory, an --endpoint): jobs may run in this process.
@@ -75,12 +75,28 @@ export async function openCliBackend(
       migrate: false,
       ...(options.schema ? { schema: options.schema } : {}),
     });
+    // Loaded only here, as openLocalBackend does, so the DynamoDB commands never load `pg`. The
+    // operator's writes get their own one-connection pool, named so that a DBA can tell them apart
+    // from the runs' sessions in pg_stat_activity. The lease clock is the database's, as the
+    // runtime's: the operator's `now` is not what decides whether a run's lease is live.
+    const postgres = await import('../shared/backends/postgres/index.js');
+    const pool = postgres.createPostgresPool({
+      connectionString: databaseUrl,
+      applicationName: 'slotguard-operator',
+      max: 1,
+    });
     return {
       description: local.description,
       slots: local.backend,
-      operator: undefined,
+      operator: new postgres.PostgresOperatorStore({
+        pool,
+        schema: options.schema ?? postgres.DEFAULT_SCHEMA,
+      }),
       local: true,
-      close: local.close,
+      async close() {
+        await pool.end().catch(() => {});
+        await local.close();
+      },
     };
   }
   const endpoint = options.endpoint ?? env[RuntimeEnv.dynamodbEndpoint];

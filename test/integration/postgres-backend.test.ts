@@ -1,3 +1,4 @@
+import { escapeIdentifier } from 'pg';
 import { describe, expect, it } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { type Customer, syntheticCustomers } from '../../functions/weekly-report/recipients.js';
@@ -7,8 +8,10 @@ import {
   migrate,
   migrationScript,
   type PostgresBackend,
+  PostgresOperatorStore,
   postgresBackend,
   purgeExpired,
+  SCHEMA_VERSION,
 } from '../../shared/backends/postgres/index.js';
 import { beginTransaction, sqlFor } from '../../shared/backends/postgres/sql.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
@@ -311,6 +314,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
         null,
         null,
         Math.ceil(WINDOW_MS / 1000) + 86_400 * 35,
+        false,
       ])
     ).rows;
     expect(granted).toMatchObject({ epoch: 2 });
@@ -393,6 +397,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
             null,
             null,
             Math.ceil(WINDOW_MS / 1000) + 86_400 * 35,
+            false,
           ]);
           return rows as { epoch: number }[];
         }),
@@ -689,8 +694,8 @@ describe('Postgres backend: schema, timeouts and operations', () => {
     const schema = postgres.uniqueSchemaName('concurrent');
     const results = await Promise.all([1, 2, 3].map(() => migrate(pool, { schema })));
     expect(results.filter((r) => r.applied)).toHaveLength(1);
-    expect(results.every((r) => r.version === 1)).toBe(true);
-    expect(await migrate(pool, { schema })).toEqual({ schema, version: 1, applied: false });
+    expect(results.every((r) => r.version === SCHEMA_VERSION)).toBe(true);
+    expect(await migrate(pool, { schema })).toEqual({ schema, version: SCHEMA_VERSION, applied: false });
     const tables = await postgres.sql<{ table_name: string }>(
       'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name',
       [schema],
@@ -750,6 +755,97 @@ describe('Postgres backend: schema, timeouts and operations', () => {
     expect(await listAll(backend, old)).toHaveLength(0);
     expect(await backend.claims.read(recent)).toMatchObject({ state: 'RUNNING' });
     expect(await listAll(backend, recent)).toHaveLength(1);
+  });
+});
+
+describe('Postgres backend: backfills, schema upgrades and the operator', () => {
+  it('records a backfilled claim on the slot, and a later ordinary claim of the window as not backfilled', async () => {
+    const schema = await postgres.freshSchema();
+    const backend = postgres.backend(schema);
+    const slot = freshSlot();
+    const backfill = await backend.claims.claim(
+      slot,
+      lease('backfill', { delivery: { invocationId: 'backfill', backfilled: true } }),
+      Date.now(),
+    );
+    if (backfill.kind !== 'claimed') throw new Error(backfill.kind);
+    expect(await backend.claims.read(slot)).toMatchObject({
+      state: 'RUNNING',
+      delivery: { invocationId: 'backfill', backfilled: true },
+    });
+    await backend.claims.release(backfill.claim, { kind: 'yield' }, Date.now());
+    await claimOrFail(backend, slot, 'scheduled');
+    const retried = await backend.claims.read(slot);
+    expect(retried).toMatchObject({ epoch: 2, delivery: { invocationId: 'scheduled' } });
+    expect(retried?.delivery.backfilled).toBeUndefined();
+  });
+
+  it('brings a version-1 schema up to date with its rows kept, and tells a newer build to migrate until then', async () => {
+    const pool = postgres.pool({ max: 1 });
+    const schema = await postgres.freshSchema('v1');
+    const q = escapeIdentifier(schema);
+    // What version 1 made: no backfilled or operator_action columns, schema_version 1.
+    await postgres.sql(`ALTER TABLE ${q}.slots DROP COLUMN backfilled, DROP COLUMN operator_action`);
+    await postgres.sql(`ALTER TABLE ${q}.effects DROP COLUMN operator_action`);
+    await postgres.sql(`UPDATE ${q}.schema_version SET version = 1`);
+    const backend = postgres.backend(schema);
+    const slot = freshSlot();
+    await expect(backend.claims.claim(slot, lease('new-build'), Date.now())).rejects.toSatisfy(
+      (error: unknown) =>
+        error instanceof ConfigurationError &&
+        /older than this version of slotguard.*run the migration/.test(error.message),
+    );
+    await postgres.sql(
+      `INSERT INTO ${q}.slots (job_id, slot_window, state, owner, epoch, lease_until, attempts, max_attempts,
+         claimed_at, claimer_clock, expires_at)
+       VALUES ($1, $2, 'DONE', 'old-build', 1, NULL, 1, 3, now(), now(), now() + interval '35 days')`,
+      [slot.jobId, slot.window],
+    );
+
+    expect(await migrate(pool, { schema })).toEqual({ schema, version: 2, applied: true });
+    expect(await migrate(pool, { schema })).toEqual({ schema, version: 2, applied: false });
+    const versions = await postgres.sql<{ version: number }>(
+      `SELECT version FROM ${q}.schema_version ORDER BY version`,
+    );
+    expect(versions.map((v) => v.version)).toEqual([1, 2]);
+    const kept = await backend.claims.read(slot);
+    expect(kept).toMatchObject({ state: 'DONE', owner: 'old-build', epoch: 1 });
+    expect(kept?.delivery.backfilled).toBeUndefined();
+    const next = freshSlot();
+    await backend.claims.claim(next, lease('b', { delivery: { backfilled: true } }), Date.now());
+    expect(await backend.claims.read(next)).toMatchObject({ delivery: { backfilled: true } });
+  });
+
+  it('refuses an operator release on the database clock while the lease is live, however far ahead the operator’s clock is', async () => {
+    const schema = await postgres.freshSchema();
+    const pool = postgres.pool({ applicationName: `slotguard-test-${schema}` });
+    const backend = postgres.backend(schema, { pool });
+    const operator = new PostgresOperatorStore({ pool, schema });
+    const slot = freshSlot();
+    const holder = await claimOrFail(backend, slot, 'live');
+    const fastOperator = { expectedEpoch: 1, now: Date.now() + 3_600_000, evenIfLeaseLive: false };
+    expect(await operator.forceRelease(slot, fastOperator)).toMatchObject({
+      kind: 'refused',
+      reason: 'lease-live',
+      current: { state: 'RUNNING', epoch: 1 },
+    });
+    expect(await backend.claims.renew(holder.claim, LEASE, Date.now())).toMatchObject({ kind: 'renewed' });
+
+    await postgres.ageLease(schema, slot, 2 * LEASE);
+    const released = await operator.forceRelease(slot, { ...fastOperator, now: 0 });
+    expect(released).toMatchObject({ kind: 'ok', record: { state: 'RELEASED', epoch: 1, failures: 0 } });
+    const [note] = await postgres.sql<{ operator_action: string }>(
+      `SELECT operator_action FROM ${escapeIdentifier(schema)}.slots WHERE job_id = $1 AND slot_window = $2`,
+      [slot.jobId, slot.window],
+    );
+    expect(note?.operator_action).toBe('released by an operator at 1970-01-01T00:00:00.000Z');
+    expect(
+      await backend.claims.complete(
+        holder.claim,
+        { done: 0, skipped: 0, inDoubt: 0, failed: 0, inDoubtKeys: [], epoch: 1 },
+        Date.now(),
+      ),
+    ).toMatchObject({ kind: 'fenced' });
   });
 });
 

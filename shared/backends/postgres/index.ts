@@ -32,4 +32,5 @@ export { type LeaseClock, PostgresClaimStore, type PostgresSlotRecord } from './
 export { PostgresEffectLedger } from './postgres-effect-ledger.js';
 export { DEFAULT_TIMEOUTS, type PostgresTimeouts } from './postgres-executor.js';
 export { advisoryLockKey, MAX_KEY_HASH_LENGTH } from './postgres-keys.js';
+export { PostgresOperatorStore, type PostgresOperatorStoreOptions } from './postgres-operator-store.js';
 export { assertSchemaName, SCHEMA_NAME_PATTERN, SCHEMA_VERSION } from './sql.js';

@@ -1,9 +1,8 @@
 import type { ConnectionOptions } from 'node:tls';
 import pg, { type Pool } from 'pg';
 import type { EffectKeyHasher } from '../../effects/effect-key.js';
-import { ConfigurationError } from '../../errors.js';
 import type { SlotBackend } from '../../job/run-slot.js';
-import { type LeaseClock, PostgresClaimStore } from './postgres-claim-store.js';
+import { assertLeaseClock, type LeaseClock, PostgresClaimStore } from './postgres-claim-store.js';
 import { PostgresEffectLedger } from './postgres-effect-ledger.js';
 import { PostgresExecutor, type PostgresTimeouts, resolveTimeouts } from './postgres-executor.js';
 import { assertSchemaName, sqlFor } from './sql.js';
@@ -59,12 +58,7 @@ export function postgresBackend(options: PostgresBackendOptions): PostgresBacken
   const schema = options.schema ?? DEFAULT_SCHEMA;
   assertSchemaName(schema);
   const leaseClock = options.leaseClock ?? 'database';
-  if (leaseClock !== 'database' && leaseClock !== 'caller') {
-    throw new ConfigurationError(
-      'leaseClock',
-      `leaseClock is ${JSON.stringify(leaseClock)}; use 'database' (production) or 'caller' (one injected clock)`,
-    );
-  }
+  assertLeaseClock(leaseClock);
   const timeouts = resolveTimeouts(options.timeouts);
   const executor = new PostgresExecutor({
     pool: options.pool,

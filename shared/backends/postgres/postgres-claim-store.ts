@@ -34,6 +34,16 @@ import type { SlotguardSql } from './sql.js';
  */
 export type LeaseClock = 'database' | 'caller';
 
+/** Checks a `leaseClock` option; the error names the value and the two accepted. */
+export function assertLeaseClock(leaseClock: unknown): asserts leaseClock is LeaseClock {
+  if (leaseClock !== 'database' && leaseClock !== 'caller') {
+    throw new ConfigurationError(
+      'leaseClock',
+      `leaseClock is ${JSON.stringify(leaseClock)}; use 'database' (production) or 'caller' (one injected clock)`,
+    );
+  }
+}
+
 /** What a PostgresClaimStore runs on; postgresBackend builds it. */
 export interface PostgresClaimStoreOptions {
   readonly executor: PostgresExecutor;
@@ -55,7 +65,7 @@ export interface PostgresSlotRecord extends SlotRecord {
 }
 
 /** The columns the store reads back (see SLOT_COLUMNS in sql.ts). */
-type SlotRow = {
+export type SlotRow = {
   readonly state: SlotState | null;
   readonly owner: string;
   readonly epoch: number;
@@ -68,6 +78,7 @@ type SlotRow = {
   readonly execution_id: string | null;
   readonly attempt_number: number | null;
   readonly invocation_id: string | null;
+  readonly backfilled: boolean;
   readonly summary: RunSummary | null;
   readonly last_error: string | null;
   readonly completed_at: Date | null;
@@ -161,6 +172,7 @@ export class PostgresClaimStore implements ClaimStore {
             lease.delivery.attemptNumber ?? null,
             storableText(lease.delivery.invocationId, 256),
             lease.expiresAtSeconds,
+            lease.delivery.backfilled === true,
           ]);
           if (granted) return grantedOutcome(slot, lease.owner, granted);
           answer = await this.#explain(query, slot, lease.owner, at);
@@ -314,11 +326,13 @@ function grantedOutcome(slot: Slot, owner: string, row: GrantRow): ClaimOutcome 
   };
 }
 
-function toRecord(slot: Slot, row: SlotRow): PostgresSlotRecord {
+/** Decodes a slot row read with SLOT_COLUMNS and claimer_clock (the operator store's too). */
+export function toRecord(slot: Slot, row: SlotRow): PostgresSlotRecord {
   const delivery: Delivery = {
     ...(row.execution_id !== null ? { executionId: row.execution_id } : {}),
     ...(row.attempt_number !== null ? { attemptNumber: row.attempt_number } : {}),
     ...(row.invocation_id !== null ? { invocationId: row.invocation_id } : {}),
+    ...(row.backfilled ? { backfilled: true } : {}),
   };
   return {
     slot,

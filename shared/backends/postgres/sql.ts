@@ -30,8 +30,12 @@ export function assertSchemaName(schema: unknown): asserts schema is string {
   }
 }
 
-/** The version the migration below brings a schema to. */
-export const SCHEMA_VERSION = 1;
+/**
+ * The version the migration below brings a schema to.
+ * 1: slots, effects, schema_version.
+ * 2: `slots.backfilled`, and `operator_action` on slots and effects (the operator store's note).
+ */
+export const SCHEMA_VERSION = 2;
 
 /**
  * The advisory-lock key that serialises concurrent migrations (of any schema): a fixed constant,
@@ -44,7 +48,7 @@ const now = (param: string) => `COALESCE(${param}::timestamptz, clock_timestamp(
 
 /** The slot columns `read` and every conflict explanation decode (see SlotRow in the claim store). */
 const SLOT_COLUMNS = `state, owner, epoch, lease_until, attempts, failures, max_attempts, claimed_at,
-  execution_id, attempt_number, invocation_id, summary, last_error, completed_at, expires_at`;
+  execution_id, attempt_number, invocation_id, backfilled, summary, last_error, completed_at, expires_at`;
 
 /** The SQL of one schema. Built once per backend; every statement is schema-qualified. */
 export function sqlFor(schema: string) {
@@ -105,15 +109,16 @@ export function sqlFor(schema: string) {
      * statement that waited for a lock judges expiry by an instant no later than the one it acts at,
      * which can only make it see a lease as live for longer.
      * $1 job, $2 window, $3 owner, $4 now, $5 lease ms, $6 max attempts, $7 caller's clock,
-     * $8 execution id, $9 attempt number, $10 invocation id, $11 expires at (epoch seconds).
+     * $8 execution id, $9 attempt number, $10 invocation id, $11 expires at (epoch seconds),
+     * $12 backfilled (recorded per grant: a retry by the schedule itself is not a backfill).
      */
     claimSlot: `
       WITH t AS (SELECT ${now('$4')} AS now)
       INSERT INTO ${slots} AS s (
         job_id, slot_window, state, owner, epoch, lease_until, attempts, failures, max_attempts,
-        claimed_at, claimer_clock, execution_id, attempt_number, invocation_id, expires_at)
+        claimed_at, claimer_clock, execution_id, attempt_number, invocation_id, backfilled, expires_at)
       SELECT $1::text, $2::text, 'RUNNING', $3::text, 1, t.now + $5::double precision * interval '1 millisecond',
-        1, 0, $6::integer, t.now, $7::timestamptz, $8::text, $9::integer, $10::text,
+        1, 0, $6::integer, t.now, $7::timestamptz, $8::text, $9::integer, $10::text, $12::boolean,
         to_timestamp($11::double precision)
       FROM t
       ON CONFLICT (job_id, slot_window) DO UPDATE SET
@@ -121,7 +126,8 @@ export function sqlFor(schema: string) {
         attempts = s.attempts + 1, max_attempts = EXCLUDED.max_attempts, claimed_at = EXCLUDED.claimed_at,
         claimer_clock = EXCLUDED.claimer_clock, previous_owner = s.owner, previous_state = s.state,
         execution_id = EXCLUDED.execution_id, attempt_number = EXCLUDED.attempt_number,
-        invocation_id = EXCLUDED.invocation_id, expires_at = EXCLUDED.expires_at
+        invocation_id = EXCLUDED.invocation_id, backfilled = EXCLUDED.backfilled,
+        expires_at = EXCLUDED.expires_at
       WHERE (s.state = 'RUNNING' AND s.lease_until < EXCLUDED.claimed_at) OR s.state = 'RELEASED'
       RETURNING s.epoch, s.lease_until, s.previous_owner, s.previous_state`,
 
@@ -242,6 +248,104 @@ export function sqlFor(schema: string) {
       WHERE job_id = $1 AND slot_window = $2 AND key_hash > $3
       ORDER BY key_hash LIMIT $4`,
 
+    /*
+     * The operator's statements (PostgresOperatorStore). Each write is fenced on the epoch the
+     * operator read ($3) and records what was done in operator_action ($5), for whoever reads the
+     * row next. `$4` is the clock the lease end is judged by, as in the runtime's statements.
+     */
+
+    /*
+     * Timeline of a forced release:
+     *   t0  operator reads the slot: RUNNING, epoch 3, lease ended at t0 - 5 min (holder crashed)
+     *   t1  UPDATE where epoch = 3 AND (FAILED OR RUNNING with lease_until < t1) → RELEASED, failures 0
+     *   t2  the next delivery claims it (RELEASED): epoch 4, skips every effect done
+     * A takeover between t0 and t1 made the epoch 4: no row matches and the live run is left alone.
+     * With $6 (evenIfLeaseLive) the lease clause goes; the holder at epoch 3 is then fenced at its
+     * next renewal, reservation or completion, all conditioned on its epoch and RUNNING.
+     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 even if the lease is live.
+     */
+    forceReleaseSlot: `
+      UPDATE ${slots} SET state = 'RELEASED', lease_until = ${now('$4')}, failures = 0, operator_action = $5
+      WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
+        AND (state = 'FAILED' OR (state = 'RUNNING' AND ($6::boolean OR lease_until < ${now('$4')})))
+      RETURNING ${SLOT_COLUMNS}, claimer_clock`,
+
+    /*
+     * Timeline of a reopen:
+     *   t0  operator reads the slot: DONE, epoch 2
+     *   t1  UPDATE where epoch = 2 AND state = DONE → RELEASED, completed_at cleared (summary kept)
+     *   t2  the next delivery claims it: epoch 3, skips every effect DONE, performs the ones cleared
+     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action.
+     */
+    reopenSlot: `
+      UPDATE ${slots} SET state = 'RELEASED', lease_until = ${now('$4')}, failures = 0, completed_at = NULL,
+        operator_action = $5
+      WHERE job_id = $1 AND slot_window = $2 AND epoch = $3 AND state = 'DONE'
+      RETURNING ${SLOT_COLUMNS}, claimer_clock`,
+
+    /*
+     * Timeline of the guard that starts resolving an effect (one transaction with the writes below):
+     *   t0  operator reads the slot (DONE, epoch 2) and the effect (RESERVED, epoch 1, owner o1)
+     *   t1  this SELECT locks the slot row FOR UPDATE only if it is still at epoch 2 and no run holds
+     *       a live lease; a claim (an upsert of this row) or a reservation (FOR SHARE of it) now
+     *       waits for the operator's commit, so no run starts on the slot while the effect changes
+     * $1 job, $2 window, $3 expected epoch, $4 now.
+     */
+    lockSlotForOperator: `
+      SELECT ${SLOT_COLUMNS}, claimer_clock FROM ${slots}
+      WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
+        AND NOT (state = 'RUNNING' AND lease_until >= ${now('$4')})
+      FOR UPDATE`,
+
+    /**
+     * The slot row as it is now, with whether a run's lease is live by the clock of `$3`: what an
+     * operator write that matched no row is explained with. $1 job, $2 window, $3 now.
+     */
+    readSlotForOperator: `
+      SELECT ${SLOT_COLUMNS}, claimer_clock,
+        (state = 'RUNNING' AND lease_until >= ${now('$3')}) AS lease_live
+      FROM ${slots} WHERE job_id = $1 AND slot_window = $2`,
+
+    /** One effect row, locked until the operator's transaction ends. $1 job, $2 window, $3 key hash. */
+    lockEffect: `
+      SELECT key_hash, state, epoch, owner, operator_action FROM ${effects}
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3
+      FOR UPDATE`,
+
+    /*
+     * Timeline of the effect write (t2, after lockSlotForOperator): only that exact reservation, as
+     * the operator saw it (RESERVED, epoch 1, owner o1), becomes DONE. A fenced holder's own mark
+     * landing first makes it DONE already: no row, and the operator is told.
+     * $1 job, $2 window, $3 key hash, $4 reservation epoch, $5 reservation owner, $6 action.
+     */
+    markEffectDoneByOperator: `
+      UPDATE ${effects} SET state = 'DONE', done_at = now(), operator_action = $6
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3
+        AND state = 'RESERVED' AND epoch = $4 AND owner = $5
+      RETURNING key_hash`,
+
+    /*
+     * Timeline of clearing an effect (t2): the exact reservation is deleted, so the next run's
+     * reservation inserts it afresh and performs it; then (t3) a DONE slot is reopened with
+     * reopenSlot, fenced on the same epoch, in the same transaction.
+     * $1 job, $2 window, $3 key hash, $4 reservation epoch, $5 reservation owner.
+     */
+    clearEffect: `
+      DELETE FROM ${effects}
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3
+        AND state = 'RESERVED' AND epoch = $4 AND owner = $5
+      RETURNING key_hash`,
+
+    /*
+     * Timeline of the slot's note after an effect is resolved (t3, when the slot is not reopened):
+     * fenced on the epoch the guard locked, so it always matches inside that transaction.
+     * $1 job, $2 window, $3 expected epoch, $4 action.
+     */
+    noteOperatorAction: `
+      UPDATE ${slots} SET operator_action = $4
+      WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
+      RETURNING epoch`,
+
     /** Deletes up to $1 expired slot rows (retention passed); returns how many as `n`. */
     purgeSlots: `
       WITH doomed AS (SELECT ctid FROM ${slots} WHERE expires_at < now() LIMIT $1),
@@ -255,9 +359,10 @@ export function sqlFor(schema: string) {
       SELECT count(*)::integer AS n FROM deleted`,
 
     /**
-     * The migration to SCHEMA_VERSION, idempotent: every object is created only if missing, so a
-     * second run (or a second replica running it at the same moment, serialised by
-     * MIGRATION_LOCK_KEY) changes nothing. Run inside one transaction.
+     * The migration to SCHEMA_VERSION, idempotent: every object is created (or column added) only
+     * if missing, so a second run (or a second replica running it at the same moment, serialised by
+     * MIGRATION_LOCK_KEY) changes nothing, and a schema of an older version is brought up to date.
+     * Run inside one transaction; the last statement returns a row only when the version is new.
      */
     migration: [
       `SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`,
@@ -299,6 +404,12 @@ export function sqlFor(schema: string) {
       )`,
       `CREATE INDEX IF NOT EXISTS slots_expires_at ON ${slots} (expires_at)`,
       `CREATE INDEX IF NOT EXISTS effects_expires_at ON ${effects} (expires_at)`,
+      // Version 2. Added by ALTER on every schema, new or not, so a version-1 schema brought up to
+      // date and a new one end up identical. A column with a constant default is a catalog change
+      // (no table rewrite); ALTER still takes a brief ACCESS EXCLUSIVE lock, bounded by lock_timeout.
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS backfilled boolean NOT NULL DEFAULT false`,
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS operator_action text`,
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS operator_action text`,
       `CREATE TABLE IF NOT EXISTS ${s}.schema_version (
         version     integer     PRIMARY KEY,
         applied_at  timestamptz NOT NULL DEFAULT now()

@@ -1,0 +1,285 @@
+import type { Pool } from 'pg';
+import { ConfigurationError, StoreError } from '../../errors.js';
+import type {
+  EffectResolution,
+  OperatorRequest,
+  OperatorStore,
+  OperatorWriteOutcome,
+  RefusalReason,
+  ReleaseRequest,
+  ResolveEffectOutcome,
+} from '../../slot/operator-ports.js';
+import { type EffectRecord, EffectState, SlotState } from '../../slot/ports.js';
+import type { Slot } from '../../slot/slot.js';
+import { DEFAULT_SCHEMA } from './postgres-backend.js';
+import { assertLeaseClock, type LeaseClock, type SlotRow, toRecord } from './postgres-claim-store.js';
+import { translateError } from './postgres-errors.js';
+import {
+  PostgresExecutor,
+  type PostgresTimeouts,
+  resolveTimeouts,
+  type TransactionQuery,
+} from './postgres-executor.js';
+import { assertKeyHash, assertSlot } from './postgres-keys.js';
+import { assertSchemaName, type SlotguardSql, sqlFor } from './sql.js';
+
+/** Where the operator store writes, and how. */
+export interface PostgresOperatorStoreOptions {
+  /** The pool statements run on: createPostgresPool's, or your own. */
+  readonly pool: Pool;
+  /**
+   * The schema holding slotguard's tables, migrated to SCHEMA_VERSION 2 or later.
+   * @default 'slotguard'
+   */
+  readonly schema?: string;
+  /**
+   * Whose clock decides whether a run's lease is live: use the runtime's setting. On 'database' the
+   * request's `now` is not compared (the database's clock is, as for claims); 'caller' compares the
+   * request's `now`, for a single injected clock (tests).
+   * @default 'database'
+   */
+  readonly leaseClock?: LeaseClock;
+  /**
+   * Session limits of each operator transaction.
+   * @default { statementMs: 5000, lockMs: 2000, idleInTransactionMs: 5000, scope: 'transaction' }
+   */
+  readonly timeouts?: PostgresTimeouts;
+  /**
+   * Tries per operation on a dropped connection, deadlock or lock timeout.
+   * @default 3
+   */
+  readonly attempts?: number;
+}
+
+/** An effect row as the operator reads it. */
+type EffectRow = {
+  readonly key_hash: string;
+  readonly state: EffectState;
+  readonly epoch: number;
+  readonly owner: string;
+  readonly operator_action: string | null;
+};
+
+/** A slot row read to explain a write that matched nothing. */
+type ExplainRow = SlotRow & { readonly lease_live: boolean | null };
+
+/** Why nothing was written: the answers every operator write shares. */
+type Refusal = Extract<OperatorWriteOutcome, { kind: 'absent' | 'refused' }>;
+
+/**
+ * The operator's writes on the Postgres schema, with the semantics of DynamoOperatorStore: each one
+ * fenced on the epoch the operator read, and a refused write answered with the slot as it is now.
+ *
+ * Where the DynamoDB store sequences conditional writes on two items and orders them so a crash in
+ * between never runs an effect twice, this one runs them in one transaction: resolving an effect
+ * locks the slot row first, so no claim or reservation of that slot can interleave, and a failure
+ * anywhere leaves nothing written.
+ * @example
+ * const operator = new PostgresOperatorStore({ pool: createPostgresPool({ connectionString }), schema: 'slotguard' });
+ * await operator.forceRelease(slot, { expectedEpoch: record.epoch, now: Date.now(), evenIfLeaseLive: false });
+ */
+export class PostgresOperatorStore implements OperatorStore {
+  readonly #executor: PostgresExecutor;
+  readonly #sql: SlotguardSql;
+  readonly #schema: string;
+  readonly #leaseClock: LeaseClock;
+
+  constructor(options: PostgresOperatorStoreOptions) {
+    const schema = options.schema ?? DEFAULT_SCHEMA;
+    assertSchemaName(schema);
+    const leaseClock = options.leaseClock ?? 'database';
+    assertLeaseClock(leaseClock);
+    this.#schema = schema;
+    this.#leaseClock = leaseClock;
+    this.#sql = sqlFor(schema);
+    this.#executor = new PostgresExecutor({
+      pool: options.pool,
+      timeouts: resolveTimeouts(options.timeouts),
+      ...(options.attempts !== undefined ? { attempts: options.attempts } : {}),
+    });
+  }
+
+  // Timeline: sql.forceReleaseSlot.
+  async forceRelease(slot: Slot, request: ReleaseRequest): Promise<OperatorWriteOutcome> {
+    const action = request.evenIfLeaseLive ? 'force-released' : 'released';
+    return this.#slotWrite('forceRelease', slot, request, this.#sql.forceReleaseSlot, true, [
+      this.#actionText(action, request),
+      request.evenIfLeaseLive,
+    ]);
+  }
+
+  // Timeline: sql.reopenSlot.
+  async reopen(slot: Slot, request: OperatorRequest): Promise<OperatorWriteOutcome> {
+    // A live lease is not why a reopen is refused: only a DONE slot reopens, and DONE has none.
+    return this.#slotWrite('reopen', slot, request, this.#sql.reopenSlot, false, [
+      this.#actionText('reopened', request),
+    ]);
+  }
+
+  /*
+   * Timeline of resolving an effect in doubt (RESERVED at epoch 1 by a holder that crashed), one
+   * transaction:
+   *   t0  operator reads slot (DONE, epoch 2) and effect (RESERVED, epoch 1, owner o1)
+   *   t1  sql.lockSlotForOperator: the slot row, locked, only if still epoch 2 with no live lease
+   *   t2  the effect, locked and read: absent or DONE → answered, nothing written; else
+   *       sql.markEffectDoneByOperator or sql.clearEffect on that exact reservation
+   *   t3  clear on a DONE slot: sql.reopenSlot (fenced on epoch 2); otherwise sql.noteOperatorAction
+   * A delivery that fires meanwhile waits on the slot row's lock and then claims epoch 3, seeing the
+   * effect DONE or gone: never performed twice, and (unlike the DynamoDB store's separate writes)
+   * the reopen cannot be lost to a run that completed between t2 and t3.
+   * If COMMIT's reply is lost, the executor runs the transaction again: a `done` finds its own mark
+   * (operator_action) and answers resolved; a `clear` finds the effect gone and answers
+   * effect-absent, which is what is there, and nothing runs twice.
+   */
+  async resolveEffect(
+    slot: Slot,
+    keyHash: string,
+    resolution: EffectResolution,
+    request: OperatorRequest,
+  ): Promise<ResolveEffectOutcome> {
+    assertKeyHash(keyHash);
+    const base = this.#params(slot, request);
+    const sql = this.#sql;
+    const effectAction = `marked done by an operator at ${iso(request.now)}`;
+    return this.#transaction('resolveEffect', slot, async (query): Promise<ResolveEffectOutcome> => {
+      const [guarded] = await query<SlotRow>(sql.lockSlotForOperator, base);
+      if (!guarded) return this.#refusal(query, slot, request, true);
+
+      const key = [slot.jobId, slot.window, keyHash];
+      const [row] = await query<EffectRow>(sql.lockEffect, key);
+      if (!row) return { kind: 'effect-absent' };
+      const before: EffectRecord = {
+        keyHash: row.key_hash,
+        state: EffectState.Reserved,
+        epoch: row.epoch,
+        owner: row.owner,
+      };
+      if (row.state !== EffectState.Reserved) {
+        // Our own mark, committed by a try whose reply was lost: the goal state counts.
+        const ours = resolution === 'done' && row.operator_action === effectAction;
+        return ours
+          ? { kind: 'resolved', resolution, before, slotReopened: false }
+          : { kind: 'effect-not-in-doubt', current: toEffectRecord(row) };
+      }
+
+      const reservation = [...key, row.epoch, row.owner];
+      const written =
+        resolution === 'done'
+          ? await query(sql.markEffectDoneByOperator, [...reservation, effectAction])
+          : await query(sql.clearEffect, reservation);
+      // Both rows are locked by this transaction, so the exact reservation just read is still there.
+      if (written.length === 0) {
+        throw new StoreError(
+          'resolveEffect',
+          `effect ${keyHash} of slot ${slot.jobId} ${slot.window} changed while locked; this should not happen, ` +
+            'please report it with the effect row',
+        );
+      }
+
+      const slotAction = this.#actionText(
+        `${resolution === 'done' ? 'marked-done' : 'cleared'} ${keyHash}`,
+        request,
+      );
+      let slotReopened = false;
+      if (resolution === 'clear' && guarded.state === SlotState.Done) {
+        slotReopened = (await query(sql.reopenSlot, [...base, slotAction])).length > 0;
+      } else {
+        await query(sql.noteOperatorAction, [slot.jobId, slot.window, request.expectedEpoch, slotAction]);
+      }
+      return { kind: 'resolved', resolution, before, slotReopened };
+    });
+  }
+
+  /**
+   * One conditional UPDATE of the slot row, and when it matches nothing the read that explains it,
+   * in one transaction. `rest` follows the four parameters every operator statement starts with.
+   */
+  async #slotWrite(
+    operation: string,
+    slot: Slot,
+    request: OperatorRequest,
+    text: string,
+    leaseMatters: boolean,
+    rest: unknown[],
+  ): Promise<OperatorWriteOutcome> {
+    const params = [...this.#params(slot, request), ...rest];
+    return this.#transaction(operation, slot, async (query) => {
+      const [written] = await query<SlotRow>(text, params);
+      if (written) return { kind: 'ok', record: toRecord(slot, written) };
+      const answer = await this.#refusal(query, slot, request, leaseMatters);
+      // A RELEASED slot at the epoch read: this write (a try whose reply was lost) or the holder's
+      // own release got there first. Either way the slot is where the operator wanted it.
+      const { current } = answer.kind === 'refused' ? answer : {};
+      if (current?.state === SlotState.Released && current.epoch === request.expectedEpoch) {
+        return { kind: 'ok', record: current };
+      }
+      return answer;
+    });
+  }
+
+  /**
+   * Explains a write that matched no row with the slot as it is now, read in the same transaction.
+   * `leaseMatters`: whether a live lease is a reason this write is refused.
+   */
+  async #refusal(
+    query: TransactionQuery,
+    slot: Slot,
+    request: OperatorRequest,
+    leaseMatters: boolean,
+  ): Promise<Refusal> {
+    const [row] = await query<ExplainRow>(this.#sql.readSlotForOperator, [
+      slot.jobId,
+      slot.window,
+      this.#now(request),
+    ]);
+    if (!row) return { kind: 'absent' };
+    const current = toRecord(slot, row);
+    const reason: RefusalReason =
+      current.epoch !== request.expectedEpoch
+        ? 'epoch-moved'
+        : leaseMatters && row.lease_live === true
+          ? 'lease-live'
+          : 'state';
+    return { kind: 'refused', reason, current };
+  }
+
+  async #transaction<T>(
+    operation: string,
+    slot: Slot,
+    work: (query: TransactionQuery) => Promise<T>,
+  ): Promise<T> {
+    try {
+      return await this.#executor.transaction(work);
+    } catch (error) {
+      throw translateError(operation, `slot ${slot.jobId} ${slot.window}`, this.#schema, error);
+    }
+  }
+
+  /** The parameters every operator statement starts with: job, window, expected epoch, now. */
+  #params(slot: Slot, request: OperatorRequest): unknown[] {
+    assertSlot(slot);
+    if (!Number.isSafeInteger(request.expectedEpoch) || request.expectedEpoch < 0) {
+      throw new ConfigurationError(
+        'expectedEpoch',
+        `expectedEpoch is ${request.expectedEpoch}; pass the whole-number epoch of the slot as just read`,
+      );
+    }
+    return [slot.jobId, slot.window, request.expectedEpoch, this.#now(request)];
+  }
+
+  /** The `$now` parameter: NULL lets the statement read the database clock. */
+  #now(request: OperatorRequest): Date | null {
+    return this.#leaseClock === 'caller' ? new Date(request.now) : null;
+  }
+
+  #actionText(action: string, request: OperatorRequest): string {
+    return `${action} by an operator at ${iso(request.now)}`;
+  }
+}
+
+function toEffectRecord(row: EffectRow): EffectRecord {
+  return { keyHash: row.key_hash, state: row.state, epoch: row.epoch, owner: row.owner };
+}
+
+/** The operator's clock reading as text, for the note left on the row (never compared). */
+const iso = (now: number) => (Number.isFinite(now) ? new Date(now).toISOString() : String(now));
