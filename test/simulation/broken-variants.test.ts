@@ -92,7 +92,7 @@ describe('the simulation catches a broken protocol', () => {
           },
         }),
     });
-    expect(failure).toMatch(/was delivered 2 times/);
+    expect(failure).toMatch(/was delivered ([2-9]|\d{2,}) times/);
   });
 
   it('catches an effect in doubt reported as skipped', async () => {
