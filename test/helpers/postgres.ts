@@ -53,7 +53,8 @@ export async function startPostgres(): Promise<PostgresServer> {
   let stop = async () => {};
   let connectionString = external ?? '';
   if (!external) {
-    const server = await startEmbeddedPostgres();
+    // A test file opens many pools (one per backend under test); the default 100 connections can run out.
+    const server = await startEmbeddedPostgres({ settings: { max_connections: '300' } });
     connectionString = server.connectionString;
     stop = () => server.stop();
   }
