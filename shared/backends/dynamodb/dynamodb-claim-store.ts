@@ -6,6 +6,7 @@ import {
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '../../errors.js';
+import { claimOutcomeOfConflict, fencedBy, isOwnGrant } from '../../slot/conflict-outcomes.js';
 import type {
   Claim,
   ClaimOutcome,
@@ -168,7 +169,7 @@ export class DynamoClaimStore implements ClaimStore {
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw storeError('claim', slot, error);
       const current = await this.#current(slot, error);
-      return current ? outcomeOfConflict(slot, current, lease.owner, now) : 'claimable';
+      return current ? claimOutcomeOfConflict(slot, current, lease.owner, now) : 'claimable';
     }
   }
 
@@ -182,7 +183,7 @@ export class DynamoClaimStore implements ClaimStore {
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw storeError('renew', claim.slot, error);
       const current = await this.#current(claim.slot, error);
-      if (current && isOurs(current, claim) && current.state === SlotState.Running) {
+      if (current && isOwnGrant(current, claim) && current.state === SlotState.Running) {
         // Our own renewal committed and its response was lost; the SDK's retry then saw its own write.
         return { kind: 'renewed', leaseEndsAt: current.leaseEndsAt };
       }
@@ -214,7 +215,7 @@ export class DynamoClaimStore implements ClaimStore {
     // further fires stand down instead of failing forever. `failures` is read from the claim's own
     // record: nobody else writes it while we hold the epoch.
     const record = await this.read(claim.slot);
-    const failures = (record && isOurs(record, claim) ? record.failures : 0) + 1;
+    const failures = (record && isOwnGrant(record, claim) ? record.failures : 0) + 1;
     const maxAttempts = record?.maxAttempts ?? Number.POSITIVE_INFINITY;
     const state = failures >= maxAttempts ? SlotState.Failed : SlotState.Released;
     return this.#finish(
@@ -256,7 +257,7 @@ export class DynamoClaimStore implements ClaimStore {
       if (!(error instanceof ConditionalCheckFailedException))
         throw storeError(target === SlotState.Done ? 'complete' : 'release', claim.slot, error);
       const current = await this.#current(claim.slot, error);
-      if (current && isOurs(current, claim) && current.state === target) return { kind: 'ok' };
+      if (current && isOwnGrant(current, claim) && current.state === target) return { kind: 'ok' };
       return { kind: 'fenced', ...fencedBy(current) };
     }
   }
@@ -304,42 +305,6 @@ export class DynamoClaimStore implements ClaimStore {
   }
 }
 
-function outcomeOfConflict(
-  slot: Slot,
-  current: SlotRecord,
-  owner: string,
-  now: number,
-): ClaimOutcome | 'claimable' {
-  switch (current.state) {
-    case SlotState.Done:
-      return { kind: 'done', completedAt: current.completedAt ?? 0, summary: current.summary };
-    case SlotState.Failed:
-      return { kind: 'failed', attempts: current.attempts, lastError: current.lastError ?? '' };
-    case SlotState.Running:
-      if (current.owner === owner) {
-        // Our own claim committed and its response was lost: it is ours, not a rival's.
-        return {
-          kind: 'claimed',
-          claim: { slot, owner, epoch: current.epoch, leaseEndsAt: current.leaseEndsAt, via: 'new' },
-        };
-      }
-      if (current.leaseEndsAt < now) return 'claimable';
-      return { kind: 'held', holder: current.owner, epoch: current.epoch, leaseEndsAt: current.leaseEndsAt };
-    case SlotState.Released:
-      return 'claimable';
-    default:
-      return assertNever(current.state);
-  }
-}
-
-function isOurs(record: SlotRecord, claim: Claim): boolean {
-  return record.owner === claim.owner && record.epoch === claim.epoch;
-}
-
-function fencedBy(current: SlotRecord | undefined) {
-  return current ? { holder: current.owner, epoch: current.epoch, state: current.state } : {};
-}
-
 function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord & { maxAttempts?: number } {
   const summary = item[A.summary]?.S;
   const lastError = item[A.lastError]?.S;
@@ -385,6 +350,6 @@ function storeError(operation: string, slot: Slot, cause: unknown): StoreError {
   );
 }
 
-function assertNever(value: never): never {
+function _assertNever(value: never): never {
   throw new StoreError('decode', `unexpected slot state ${String(value)}`);
 }

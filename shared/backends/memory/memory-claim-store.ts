@@ -1,4 +1,5 @@
 import { StoreError } from '../../errors.js';
+import { claimOutcomeOfConflict, fencedBy, isOwnGrant } from '../../slot/conflict-outcomes.js';
 import type {
   Claim,
   ClaimOutcome,
@@ -108,7 +109,7 @@ export class MemoryClaimStore implements ClaimStore {
       };
     }
     const current = await this.#current(slot, result.item);
-    return current ? outcomeOfConflict(slot, current, lease.owner, now) : 'claimable';
+    return current ? claimOutcomeOfConflict(slot, current, lease.owner, now) : 'claimable';
   }
 
   async renew(claim: Claim, leaseMs: number, now: number): Promise<RenewOutcome> {
@@ -116,7 +117,7 @@ export class MemoryClaimStore implements ClaimStore {
     const result = await this.#fencedWrite('renew', claim, (item) => ({ ...item, leaseUntil }));
     if (result.committed) return { kind: 'renewed', leaseEndsAt: leaseUntil };
     const current = await this.#current(claim.slot, result.item);
-    if (current && isOurs(current, claim) && current.state === SlotState.Running) {
+    if (current && isOwnGrant(current, claim) && current.state === SlotState.Running) {
       // Our own renewal committed and its reply was lost; the transport's retry then saw its own write.
       return { kind: 'renewed', leaseEndsAt: current.leaseEndsAt };
     }
@@ -143,7 +144,7 @@ export class MemoryClaimStore implements ClaimStore {
     // the DynamoDB adapter, `failures` is read from the claim's own record first: nobody else writes
     // it while we hold the epoch, and the write below is fenced anyway.
     const record = await this.read(claim.slot);
-    const failures = (record && isOurs(record, claim) ? record.failures : 0) + 1;
+    const failures = (record && isOwnGrant(record, claim) ? record.failures : 0) + 1;
     const maxAttempts = record?.maxAttempts ?? Number.POSITIVE_INFINITY;
     const state = failures >= maxAttempts ? SlotState.Failed : SlotState.Released;
     const lastError = reason.message.slice(0, 1000);
@@ -170,7 +171,7 @@ export class MemoryClaimStore implements ClaimStore {
     const result = await this.#fencedWrite(operation, claim, write);
     if (result.committed) return { kind: 'ok' };
     const current = await this.#current(claim.slot, result.item);
-    if (current && isOurs(current, claim) && current.state === target) return { kind: 'ok' };
+    if (current && isOwnGrant(current, claim) && current.state === target) return { kind: 'ok' };
     return { kind: 'fenced', ...fencedBy(current) };
   }
 
@@ -239,42 +240,6 @@ function heldBy(claim: Claim): Condition<SlotItem> {
   };
 }
 
-function outcomeOfConflict(
-  slot: Slot,
-  current: SlotRecord,
-  owner: string,
-  now: number,
-): ClaimOutcome | 'claimable' {
-  switch (current.state) {
-    case SlotState.Done:
-      return { kind: 'done', completedAt: current.completedAt ?? 0, summary: current.summary };
-    case SlotState.Failed:
-      return { kind: 'failed', attempts: current.attempts, lastError: current.lastError ?? '' };
-    case SlotState.Running:
-      if (current.owner === owner) {
-        // Our own claim committed and its reply was lost: it is ours, not a rival's.
-        return {
-          kind: 'claimed',
-          claim: { slot, owner, epoch: current.epoch, leaseEndsAt: current.leaseEndsAt, via: 'new' },
-        };
-      }
-      if (current.leaseEndsAt < now) return 'claimable';
-      return { kind: 'held', holder: current.owner, epoch: current.epoch, leaseEndsAt: current.leaseEndsAt };
-    case SlotState.Released:
-      return 'claimable';
-    default:
-      return assertNever(current.state);
-  }
-}
-
-function isOurs(record: SlotRecord, claim: Claim): boolean {
-  return record.owner === claim.owner && record.epoch === claim.epoch;
-}
-
-function fencedBy(current: SlotRecord | undefined) {
-  return current ? { holder: current.owner, epoch: current.epoch, state: current.state } : {};
-}
-
 function toRecord(slot: Slot, item: SlotItem): MemorySlotRecord {
   return {
     slot,
@@ -308,6 +273,6 @@ function storeError(operation: string, slot: Slot, cause: unknown): StoreError {
   );
 }
 
-function assertNever(value: never): never {
+function _assertNever(value: never): never {
   throw new StoreError('decode', `unexpected slot state ${String(value)}`);
 }
