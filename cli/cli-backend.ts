@@ -49,7 +49,7 @@ export interface CliBackend {
 /**
  * Chooses the backend, in this order:
  * 1. `--backend postgres`: the server in DATABASE_URL, schema `--schema` (default slotguard).
- * 2. `--endpoint URL` (or DYNAMODB_ENDPOINT): a DynamoDB API there (dynalite, DynamoDB Local),
+ * 2. `--endpoint URL` (or DYNAMODB_ENDPOINT): a DynamoDB API there (dynalite, or any DynamoDB-compatible endpoint),
  *    table `--table` (default slotguard-claims).
  * 3. `--table NAME` alone: that table in AWS (`--region`, else AWS_REGION), default credentials.
  * 4. Otherwise the local state directory (`--state-dir`, default .slotguard): the endpoint of a

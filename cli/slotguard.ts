@@ -27,7 +27,7 @@ const BACKEND_OPTIONS: Record<string, OptionSpec> = {
   endpoint: {
     type: 'string',
     value: 'URL',
-    help: 'a DynamoDB API at URL (dynalite, DynamoDB Local); also DYNAMODB_ENDPOINT',
+    help: 'a DynamoDB API at URL (dynalite, or any DynamoDB-compatible endpoint); also DYNAMODB_ENDPOINT',
   },
   table: {
     type: 'string',
