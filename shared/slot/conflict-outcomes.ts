@@ -45,3 +45,22 @@ export function isOwnGrant(record: SlotRecord, claim: Claim): boolean {
 export function fencedBy(current: SlotRecord | undefined) {
   return current ? { holder: current.owner, epoch: current.epoch, state: current.state } : {};
 }
+
+/** How often a claim is tried when the slot keeps turning claimable between write and read. */
+const CLAIM_TRIES = 3;
+
+/**
+ * Runs one claim attempt until it gives an answer. A slot released (or whose lease ran out)
+ * between a failed write and the read that explains it is claimable again: the same write is tried
+ * once more rather than reporting a holder that is gone; after CLAIM_TRIES it is reported held.
+ */
+export async function claimUntilAnswered(
+  claimOnce: () => Promise<ClaimOutcome | 'claimable'>,
+  now: number,
+): Promise<ClaimOutcome> {
+  for (let attempt = 1; attempt <= CLAIM_TRIES; attempt++) {
+    const outcome = await claimOnce();
+    if (outcome !== 'claimable') return outcome;
+  }
+  return { kind: 'held', holder: '', epoch: 0, leaseEndsAt: now };
+}

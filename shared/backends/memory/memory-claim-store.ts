@@ -1,5 +1,10 @@
 import { StoreError } from '../../errors.js';
-import { claimOutcomeOfConflict, fencedBy, isOwnGrant } from '../../slot/conflict-outcomes.js';
+import {
+  claimOutcomeOfConflict,
+  claimUntilAnswered,
+  fencedBy,
+  isOwnGrant,
+} from '../../slot/conflict-outcomes.js';
 import type {
   Claim,
   ClaimOutcome,
@@ -67,14 +72,8 @@ export class MemoryClaimStore implements ClaimStore {
    * reply was lost is retried by the transport, fails its condition on our own write and is
    * recognised below by its owner token.
    */
-  async claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
-    // A slot released (or whose lease ran out) between our failed write and the read that explains
-    // it is claimable again: try the same write once more rather than report a holder that is gone.
-    for (let attempt = 1; ; attempt++) {
-      const outcome = await this.#claimOnce(slot, lease, now);
-      if (outcome !== 'claimable') return outcome;
-      if (attempt === 3) return { kind: 'held', holder: '', epoch: 0, leaseEndsAt: now };
-    }
+  claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
+    return claimUntilAnswered(() => this.#claimOnce(slot, lease, now), now);
   }
 
   async #claimOnce(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome | 'claimable'> {
