@@ -139,7 +139,7 @@ export async function slotsShow(ctx: CommandContext): Promise<number> {
   if (view.summary) {
     const s = view.summary;
     lines.push(
-      `  last run     epoch ${s.epoch}: ${count(s.done)} done, ${count(s.skipped)} skipped, ${count(s.inDoubt)} in doubt, ${count(s.failed)} failed`,
+      `  window       ${count(s.done)} done, ${count(s.inDoubt)} in doubt, ${count(s.failed)} failed, over ${count(s.runs)} runs`,
     );
   }
   if (view.lastError) lines.push(`  last error   ${view.lastError}`);

@@ -5,9 +5,9 @@ import { describeInZone } from '../shared/schedule/time-zone.js';
 import {
   type Delivery,
   EffectState,
-  type RunSummary,
   type SlotRecord,
   SlotState,
+  type WindowSummary,
 } from '../shared/slot/ports.js';
 import { type Slot, windowOf } from '../shared/slot/slot.js';
 import type { CliBackend } from './cli-backend.js';
@@ -30,7 +30,7 @@ export interface SlotView {
   readonly delivery?: Delivery;
   readonly backfilled: boolean;
   readonly completedAt?: string;
-  readonly summary?: RunSummary;
+  readonly summary?: WindowSummary;
   readonly lastError?: string;
   readonly effects: {
     readonly done: readonly string[];

@@ -3,6 +3,7 @@ import { findLocalJob } from '../functions/local-jobs.js';
 import { WEEKLY_REPORT_JOB_ID } from '../functions/weekly-report/job.js';
 import { systemClock } from '../shared/clock.js';
 import { drainConcurrently } from '../shared/effects/concurrent-drain.js';
+import { isResumable } from '../shared/effects/resumable-source.js';
 import { smtpSender } from '../shared/effects/smtp-email-sender.js';
 import { SlotguardError } from '../shared/errors.js';
 import type { JobContext } from '../shared/job/job-definition.js';
@@ -196,7 +197,8 @@ function unguardedContext(window: Date, concurrency: number): JobContext {
       return 'done';
     },
     async onceEach(items, _options, effect) {
-      await drainConcurrently(items, concurrency, (item) => effect(item, signal));
+      const all = isResumable(items) ? items.read(undefined) : items;
+      await drainConcurrently(all, concurrency, (item) => effect(item, signal));
     },
   };
 }

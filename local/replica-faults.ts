@@ -113,6 +113,8 @@ export function gatedBackend(
       return outcome;
     },
     renew: (claim, leaseMs, now) => gate.pass(() => backend.claims.renew(claim, leaseMs, now)),
+    checkpoint: (claim, checkpoint, progress) =>
+      gate.pass(() => backend.claims.checkpoint(claim, checkpoint, progress)),
     complete: (claim, summary, now) => gate.pass(() => backend.claims.complete(claim, summary, now)),
     release: (claim, reason, now) => gate.pass(() => backend.claims.release(claim, reason, now)),
     read: (slot) => gate.pass(() => backend.claims.read(slot)),
@@ -120,6 +122,8 @@ export function gatedBackend(
   const ledger: EffectLedger = {
     reserve: (claim, keyHash, options) => gate.pass(() => backend.ledger.reserve(claim, keyHash, options)),
     markDone: (claim, keyHashes) => gate.pass(() => backend.ledger.markDone(claim, keyHashes)),
+    recordFailure: (claim, keyHash, failure) =>
+      gate.pass(() => backend.ledger.recordFailure(claim, keyHash, failure)),
     unreserve: (claim, keyHash) => gate.pass(() => backend.ledger.unreserve(claim, keyHash)),
     read: (slot, keyHash) => gate.pass(() => backend.ledger.read(slot, keyHash)),
     list: (slot) => backend.ledger.list(slot),

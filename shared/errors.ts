@@ -41,10 +41,47 @@ export class StoreError extends SlotguardError {
   }
 }
 
+/** Why a provider did not perform an effect. */
+export const NotPerformedReason = {
+  /** Rate exceeded: a later attempt will likely succeed. */
+  Throttled: 'throttled',
+  /** A daily quota or limit exceeded: retry much later. */
+  Quota: 'quota',
+  /** Access denied or bad credentials: every send fails until an operator fixes it. */
+  Unauthorized: 'unauthorized',
+  /** Sending paused, account suspended, identity not verified: every send fails until fixed. */
+  Configuration: 'configuration',
+  /** This message or recipient was rejected. */
+  Rejected: 'rejected',
+  /** The request is malformed. */
+  InvalidRequest: 'invalid-request',
+  /** The wait for a send slot was cancelled (the run is stopping); nothing was sent or attempted. */
+  Cancelled: 'cancelled',
+  /** No reason given. */
+  Unspecified: 'unspecified',
+} as const;
+export type NotPerformedReason = (typeof NotPerformedReason)[keyof typeof NotPerformedReason];
+
+/** Reasons that will refuse every other effect of the run alike. */
+const SYSTEMIC_REASONS: readonly NotPerformedReason[] = [
+  NotPerformedReason.Unauthorized,
+  NotPerformedReason.Configuration,
+];
+
 /**
  * Thrown by an effect function (a sender) when it knows the effect did NOT happen: the provider
  * refused the request before acting on it (throttled, rejected address, quota). The ledger then
- * releases the reservation so a later run may try again. Any other error from an effect leaves the
+ * records the refusal so a later run may try again. Any other error from an effect leaves the
  * reservation in doubt, because the effect may have happened.
  */
-export class EffectNotPerformedError extends SlotguardError {}
+export class EffectNotPerformedError extends SlotguardError {
+  /** Why the provider refused. */
+  readonly reason: NotPerformedReason;
+  /** True when the same refusal will hit every other effect of the run (an operator must act). */
+  readonly systemic: boolean;
+  constructor(message: string, options: { cause?: unknown; reason?: NotPerformedReason } = {}) {
+    super(message, options);
+    this.reason = options.reason ?? NotPerformedReason.Unspecified;
+    this.systemic = SYSTEMIC_REASONS.includes(this.reason);
+  }
+}

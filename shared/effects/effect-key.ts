@@ -12,6 +12,8 @@ export const MIN_SECRET_BYTES = 16;
  * the secret nobody can test a guessed address against the ledger, so no raw or guessable email
  * address lands in a key, a log line or a metric. Changing the secret changes every hash: windows
  * run under the old secret would no longer recognise their done effects.
+ *
+ * The empty key hashes like any other; the runtime refuses it as an effect key before hashing.
  */
 export function hmacEffectKeys(secret: string): EffectKeyHasher {
   if (Buffer.byteLength(secret) < MIN_SECRET_BYTES) {
@@ -21,13 +23,19 @@ export function hmacEffectKeys(secret: string): EffectKeyHasher {
         '(the ScheduledJob construct generates one in Secrets Manager)',
     );
   }
-  return (effectKey) => {
-    if (effectKey.length === 0) {
-      throw new ConfigurationError(
-        'effectKey',
-        'an effect key is empty; key each effect by what makes it unique, e.g. the recipient',
-      );
-    }
-    return createHmac('sha256', secret).update(effectKey, 'utf8').digest('hex').slice(0, 32);
-  };
+  return (effectKey) => createHmac('sha256', secret).update(keyBytes(effectKey)).digest('hex').slice(0, 32);
+}
+
+/** A lone surrogate: a UTF-16 code unit with no partner, which UTF-8 cannot carry. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * The bytes a key is hashed as. Well-formed text: its UTF-8, as always (existing hashes stay valid).
+ * Text with a lone surrogate: UTF-8 would turn every lone surrogate into U+FFFD, so `x\uD800`,
+ * `x\uDFFF` and `x\uFFFD` would be one key and the second and third effect skipped; instead its exact
+ * UTF-16 code units, after a 0xFF byte that no UTF-8 text contains, so it collides with nothing.
+ */
+function keyBytes(effectKey: string): Buffer {
+  if (!LONE_SURROGATE.test(effectKey)) return Buffer.from(effectKey, 'utf8');
+  return Buffer.concat([Buffer.from([0xff]), Buffer.from(effectKey, 'utf16le')]);
 }

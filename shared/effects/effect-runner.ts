@@ -1,6 +1,6 @@
 import type { Clock } from '../clock.js';
-import { EffectNotPerformedError, StoreError } from '../errors.js';
-import type { Claim, EffectLedger, RunSummary } from '../slot/ports.js';
+import { EffectNotPerformedError, NotPerformedReason, StoreError } from '../errors.js';
+import type { Claim, EffectLedger, ReserveOutcome, RunSummary } from '../slot/ports.js';
 import { MetricName } from '../telemetry/metric-names.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
 import type { EffectKeyHasher } from './effect-key.js';
@@ -13,10 +13,14 @@ export type EffectResult =
   | 'skipped'
   /** Reserved earlier and never marked done, or our own effect threw an unknown error: not retried. */
   | 'in-doubt'
-  /** The effect said it did not happen (EffectNotPerformedError); released for a later run. */
+  /** Refused before it was performed (EffectNotPerformedError), or found waiting: a later run retries it. */
+  | 'retrying'
+  /** Refused on its last allowed attempt, or its key is unusable: failed for good, not performed. */
   | 'failed'
-  /** Not attempted: the run is stopping (lease lost, time running out, store unavailable). */
-  | 'stopped';
+  /** Not attempted: the run is stopping (lease lost, time running out, store or provider failing). */
+  | 'stopped'
+  /** Not this pass's concern: a retry pass passes by every effect that is not due. */
+  | 'passed';
 
 /** What to do with an effect an earlier epoch reserved and never marked done. */
 export const InDoubtPolicy = {
@@ -28,7 +32,34 @@ export const InDoubtPolicy = {
 export type InDoubtPolicy = (typeof InDoubtPolicy)[keyof typeof InDoubtPolicy];
 
 /** Why the runner stopped taking new effects, if it did. */
-export type StopReason = 'lease-lost' | 'time' | 'store-error';
+export type StopReason = 'lease-lost' | 'time' | 'store-error' | 'provider-failing';
+
+/** How an effect the provider refused before performing it is retried by later runs. */
+export interface EffectRetryPolicy {
+  /**
+   * Attempts per effect, the refused ones included, before it fails for good.
+   * @default 5
+   */
+  readonly maxAttempts?: number;
+  /**
+   * The wait before the first retry, in milliseconds.
+   * @default 60_000
+   */
+  readonly firstDelayMs?: number;
+  /**
+   * Each later wait is this many times the one before (1, 4, 16, 64 minutes by default: the fifth
+   * attempt comes 85 minutes after the first).
+   * @default 4
+   */
+  readonly backoffRate?: number;
+}
+
+/** The retry policy with every default filled in. */
+export const DEFAULT_EFFECT_RETRY: Required<EffectRetryPolicy> = {
+  maxAttempts: 5,
+  firstDelayMs: 60_000,
+  backoffRate: 4,
+};
 
 export interface EffectRunnerOptions {
   readonly claim: Claim;
@@ -37,22 +68,31 @@ export interface EffectRunnerOptions {
   readonly metrics: JobMetrics;
   readonly clock: Clock;
   readonly signal: AbortSignal;
-  /** False once no new effect may be reserved; checked before every reservation. */
+  /** Why no new effect may be reserved, if one may not; asked before every reservation. */
   readonly mayReserve: () => StopReason | undefined;
   readonly inDoubtPolicy: InDoubtPolicy;
+  readonly retry: Required<EffectRetryPolicy>;
+  /**
+   * Consecutive failures of one kind (a refusal reason, or an unknown error's name) after which the
+   * run stops: a provider that refuses or fails everything is not asked 12,400 times.
+   */
+  readonly failureStreakLimit: number;
   /** Marks flushed together: 25 is BatchWriteItem's limit. */
   readonly markBatchSize: number;
   /** A pending mark waits at most this long before it is flushed. */
   readonly markFlushMs: number;
   readonly onEffectError?: (keyHash: string, error: unknown) => void;
+  /** Called after done marks are written: those effects' outcomes are now durable. */
+  readonly onMarksDurable?: (keyHashes: readonly string[]) => void;
 }
 
-/** The most in-doubt key hashes a summary lists; the count is always exact. */
-const LISTED_IN_DOUBT = 50;
+/** The most hashed keys a summary lists per list; the counts are always exact. */
+const LISTED_KEYS = 50;
 
 /**
- * Runs guarded effects for one claim: reserve (conditional put), perform, mark done (batched). It
- * counts every outcome, so the run summary accounts for every effect it was handed.
+ * Runs guarded effects for one claim: reserve (conditional put), perform, then mark done (batched)
+ * or record the refusal for a later retry. It counts every outcome, so the run summary accounts for
+ * every effect it was handed.
  */
 export class EffectRunner {
   readonly #o: EffectRunnerOptions;
@@ -60,7 +100,12 @@ export class EffectRunner {
   #skipped = 0;
   #inDoubt = 0;
   #failed = 0;
+  #retrying = 0;
+  /** Refusals this run wrote to the ledger (retryable or final): progress toward a finished window. */
+  #failuresRecorded = 0;
+  #earliestRetryAt: number | undefined;
   readonly #inDoubtKeys: string[] = [];
+  readonly #failedKeys: string[] = [];
   #pendingMarks: string[] = [];
   #flushing: Promise<void> = Promise.resolve();
   #cancelFlushTimer: (() => void) | undefined;
@@ -68,6 +113,8 @@ export class EffectRunner {
   #notAttempted = 0;
   #unmarked = 0;
   #closed = false;
+  #only: ReadonlySet<string> | undefined;
+  #streak: { kind: string; length: number } | undefined;
   /**
    * Keys this run is handling, or has handled without a durable outcome: reserving, in flight, mark
    * pending, or in doubt. A second `once()` for one of them (a list naming a recipient twice) is
@@ -95,6 +142,16 @@ export class EffectRunner {
     return this.#unmarked;
   }
 
+  /** Refusals recorded in the ledger by this run. */
+  get failuresRecorded(): number {
+    return this.#failuresRecorded;
+  }
+
+  /** The earliest retry this run recorded or found waiting, if any. */
+  get earliestRetryAt(): number | undefined {
+    return this.#earliestRetryAt;
+  }
+
   /** True when the runner will take no new effect. */
   stopping(): boolean {
     if (this.#stopReason) return true;
@@ -108,13 +165,35 @@ export class EffectRunner {
     this.#closed = true;
   }
 
+  /**
+   * Restricts the runner to effects whose key hashes are in `keyHashes` (a retry pass over a walk
+   * already done); every other key passes by without a request. `undefined` lifts the restriction.
+   */
+  restrictTo(keyHashes: ReadonlySet<string> | undefined): void {
+    this.#only = keyHashes;
+  }
+
+  /** The hash an effect key is stored under, or undefined for a key that cannot be one (empty). */
+  hashOf(effectKey: string): string | undefined {
+    return typeof effectKey === 'string' && effectKey.length > 0 ? this.#o.hashKey(effectKey) : undefined;
+  }
+
   /** Guards one effect: performs `perform` at most once for this key across every run of the slot. */
-  async once(effectKey: string, perform: (signal: AbortSignal) => Promise<void>): Promise<EffectResult> {
+  once(effectKey: string, perform: (signal: AbortSignal) => Promise<void>): Promise<EffectResult> {
+    return this.onceHashed(this.hashOf(effectKey), perform);
+  }
+
+  /** `once` for a key already hashed with hashOf (undefined: the key was unusable). */
+  async onceHashed(
+    keyHash: string | undefined,
+    perform: (signal: AbortSignal) => Promise<void>,
+  ): Promise<EffectResult> {
     if (this.#closed || this.stopping()) {
       this.#notAttempted++;
       return 'stopped';
     }
-    const keyHash = this.#o.hashKey(effectKey);
+    if (keyHash === undefined) return this.#invalidKey();
+    if (this.#only && !this.#only.has(keyHash)) return 'passed';
     if (this.#unsettled.has(keyHash)) {
       // The same key again in this run: already handled here.
       this.#skipped++;
@@ -122,10 +201,11 @@ export class EffectRunner {
       return 'skipped';
     }
     this.#unsettled.add(keyHash);
-    let reservation: Awaited<ReturnType<EffectLedger['reserve']>>;
+    let reservation: ReserveOutcome;
     try {
       reservation = await this.#o.ledger.reserve(this.#o.claim, keyHash, {
         rerunInDoubt: this.#o.inDoubtPolicy === InDoubtPolicy.Rerun,
+        now: this.#o.clock.now(),
       });
     } catch (error) {
       if (!(error instanceof StoreError)) throw error;
@@ -137,7 +217,7 @@ export class EffectRunner {
       return 'stopped';
     }
     // A key in doubt stays remembered, so a second occurrence is not counted in doubt twice.
-    if (reservation.kind === 'done' || reservation.kind === 'fenced') this.#unsettled.delete(keyHash);
+    if (reservation.kind !== 'reserved' && reservation.kind !== 'in-doubt') this.#unsettled.delete(keyHash);
     switch (reservation.kind) {
       case 'done':
         this.#skipped++;
@@ -150,8 +230,14 @@ export class EffectRunner {
         this.#stopReason = 'lease-lost';
         this.#notAttempted++;
         return 'stopped';
+      case 'retry-later':
+        this.#countRetrying(reservation.retryAt);
+        return 'retrying';
+      case 'failed':
+        this.#countFailed(keyHash);
+        return 'failed';
       case 'reserved':
-        return this.#perform(keyHash, perform);
+        return this.#perform(keyHash, reservation.attempt, perform);
       default:
         return assertNever(reservation);
     }
@@ -171,27 +257,29 @@ export class EffectRunner {
       skipped: this.#skipped,
       inDoubt: this.#inDoubt,
       failed: this.#failed,
+      retrying: this.#retrying,
       inDoubtKeys: [...this.#inDoubtKeys],
+      failedKeys: [...this.#failedKeys],
       epoch: this.#o.claim.epoch,
     };
   }
 
-  async #perform(keyHash: string, perform: (signal: AbortSignal) => Promise<void>): Promise<EffectResult> {
+  async #perform(
+    keyHash: string,
+    attempt: number,
+    perform: (signal: AbortSignal) => Promise<void>,
+  ): Promise<EffectResult> {
     try {
       await perform(this.#o.signal);
     } catch (error) {
       this.#o.onEffectError?.(keyHash, error);
-      if (error instanceof EffectNotPerformedError) {
-        await this.#o.ledger.unreserve(this.#o.claim, keyHash);
-        this.#unsettled.delete(keyHash);
-        this.#failed++;
-        this.#o.metrics.count(MetricName.EffectFailed);
-        return 'failed';
-      }
+      if (error instanceof EffectNotPerformedError) return this.#refused(keyHash, attempt, error);
       // The effect may have happened (a timeout after the provider accepted it): never re-run it.
       this.#recordInDoubt(keyHash);
+      this.#countStreak(`error:${error instanceof Error ? error.name : typeof error}`);
       return 'in-doubt';
     }
+    this.#streak = undefined;
     this.#done++;
     this.#o.metrics.count(MetricName.EffectDone);
     this.#pendingMarks.push(keyHash);
@@ -206,6 +294,76 @@ export class EffectRunner {
     return 'done';
   }
 
+  /**
+   * The provider refused before performing: record it FAILED with the attempt count, retryable after
+   * a backoff or, on the last allowed attempt, for good. A refusal because the run itself cancelled
+   * the wait was no attempt at all: the reservation is deleted and the effect left for a later run.
+   */
+  async #refused(keyHash: string, attempt: number, error: EffectNotPerformedError): Promise<EffectResult> {
+    const { ledger, claim, retry } = this.#o;
+    try {
+      if (error.reason === NotPerformedReason.Cancelled) {
+        await ledger.unreserve(claim, keyHash);
+        this.#unsettled.delete(keyHash);
+        this.#notAttempted++;
+        return 'stopped';
+      }
+      const final = attempt >= retry.maxAttempts;
+      const retryAt = final
+        ? undefined
+        : this.#o.clock.now() + retry.firstDelayMs * retry.backoffRate ** (attempt - 1);
+      await ledger.recordFailure(claim, keyHash, {
+        attempts: attempt,
+        reason: error.reason,
+        ...(retryAt !== undefined ? { retryAt } : {}),
+      });
+      this.#unsettled.delete(keyHash);
+      this.#failuresRecorded++;
+      this.#countStreak(`refused:${error.reason}`);
+      if (retryAt === undefined) {
+        this.#countFailed(keyHash);
+        return 'failed';
+      }
+      this.#countRetrying(retryAt);
+      this.#o.metrics.count(MetricName.EffectRetried);
+      return 'retrying';
+    } catch (storeError) {
+      if (!(storeError instanceof StoreError)) throw storeError;
+      // The reservation stays ours and unmarked: later runs read it as in doubt, and so does this one.
+      this.#o.onEffectError?.(keyHash, storeError);
+      this.#stopReason ??= 'store-error';
+      this.#recordInDoubt(keyHash);
+      return 'in-doubt';
+    }
+  }
+
+  /** An empty key cannot tell one effect from another: that effect fails, on record, and the run goes on. */
+  async #invalidKey(): Promise<EffectResult> {
+    const keyHash = this.#o.hashKey('');
+    this.#o.onEffectError?.(
+      keyHash,
+      new Error('an effect key is empty; key each effect by what makes it unique'),
+    );
+    try {
+      const reservation = await this.#o.ledger.reserve(this.#o.claim, keyHash, {
+        rerunInDoubt: false,
+        now: this.#o.clock.now(),
+      });
+      if (reservation.kind === 'reserved') {
+        await this.#o.ledger.recordFailure(this.#o.claim, keyHash, {
+          attempts: reservation.attempt,
+          reason: 'invalid-key',
+        });
+        this.#failuresRecorded++;
+      }
+    } catch (error) {
+      if (!(error instanceof StoreError)) throw error;
+      this.#stopReason ??= 'store-error';
+    }
+    this.#countFailed(keyHash);
+    return 'failed';
+  }
+
   /** Writes the pending marks. Flushes are chained so a batch never races the one before it. */
   #flush(): Promise<void> {
     if (this.#pendingMarks.length === 0) return this.#flushing;
@@ -217,6 +375,7 @@ export class EffectRunner {
       .then(() => this.#o.ledger.markDone(this.#o.claim, batch))
       .then(() => {
         for (const keyHash of batch) this.#unsettled.delete(keyHash);
+        this.#o.onMarksDurable?.(batch);
       })
       .catch((error: unknown) => {
         this.#unmarked += batch.length;
@@ -228,7 +387,26 @@ export class EffectRunner {
   #recordInDoubt(keyHash: string): void {
     this.#inDoubt++;
     this.#o.metrics.count(MetricName.EffectInDoubt);
-    if (this.#inDoubtKeys.length < LISTED_IN_DOUBT) this.#inDoubtKeys.push(keyHash);
+    if (this.#inDoubtKeys.length < LISTED_KEYS) this.#inDoubtKeys.push(keyHash);
+  }
+
+  #countFailed(keyHash: string): void {
+    this.#failed++;
+    this.#o.metrics.count(MetricName.EffectFailed);
+    if (this.#failedKeys.length < LISTED_KEYS) this.#failedKeys.push(keyHash);
+  }
+
+  #countRetrying(retryAt: number): void {
+    this.#retrying++;
+    if (this.#earliestRetryAt === undefined || retryAt < this.#earliestRetryAt)
+      this.#earliestRetryAt = retryAt;
+  }
+
+  /** One more failure of `kind` in a row; the limit stops the run. */
+  #countStreak(kind: string): void {
+    this.#streak =
+      this.#streak?.kind === kind ? { kind, length: this.#streak.length + 1 } : { kind, length: 1 };
+    if (this.#streak.length >= this.#o.failureStreakLimit) this.#stopReason ??= 'provider-failing';
   }
 }
 

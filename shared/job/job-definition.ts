@@ -1,4 +1,5 @@
 import type { EffectResult } from '../effects/effect-runner.js';
+import type { ResumableSource } from '../effects/resumable-source.js';
 import type { Delivery } from '../slot/ports.js';
 import type { Slot } from '../slot/slot.js';
 import type { Log } from '../telemetry/log.js';
@@ -25,12 +26,17 @@ export interface JobContext {
   /**
    * Performs `effect` once per item of `items`, at most `concurrency` at a time, pulling items only
    * as workers free up so the whole list is never in memory. Stops taking items when the lease is
-   * lost or the Lambda's remaining time falls under the margin; the next run of the same window
-   * resumes, skipping what is done.
+   * lost or the Lambda's remaining time falls under the margin; a continuation of the same window
+   * picks up the rest.
+   *
+   * With a plain (async) iterable, the continuation walks the list from the start and skips what is
+   * done, at one conditional write per recipient already done. With a ResumableSource, it reads on
+   * from the checkpoint the last run left (written with the done marks, fenced by epoch), and only
+   * goes back over the list for refused effects that are due for their retry.
    * @example await ctx.onceEach(customers, { key: (c) => c.email, concurrency: 16 }, (c, signal) => send(c, signal))
    */
   onceEach<T>(
-    items: AsyncIterable<T> | Iterable<T>,
+    items: AsyncIterable<T> | Iterable<T> | ResumableSource<T>,
     options: { readonly key: (item: T) => string; readonly concurrency?: number },
     effect: (item: T, signal: AbortSignal) => Promise<void>,
   ): Promise<void>;

@@ -14,7 +14,11 @@ export interface InvocationContext {
 }
 
 export interface JobHandlerDeps {
-  /** The backend, or a function that builds it once on first use (cold start). */
+  /**
+   * The backend, or a function that builds it on first use (cold start). A build that fails is not
+   * kept: the next invocation builds it again, so one failed cold start does not fail every later
+   * invocation of the container.
+   */
   readonly backend: SlotBackend | (() => Promise<SlotBackend>);
   /** Metrics for one invocation; flushed before the handler returns. */
   readonly metrics: () => JobMetrics;
@@ -29,7 +33,10 @@ export type HandlerResponse =
   | { readonly status: 'rejected'; readonly field: string; readonly message: string }
   | Exclude<RunResult, { status: 'failed' }>;
 
-/** Thrown after a failed run has released its slot, so Lambda's async retry delivers the window again. */
+/**
+ * Thrown after a failed run has given its slot back, so the window is delivered again (Lambda's
+ * async retry, or the work queue's redelivery), or after its last allowed failure made it FAILED.
+ */
 export class JobRunFailedError extends SlotguardError {}
 
 /**
@@ -53,7 +60,10 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps) {
         if (error instanceof InvalidEventError) return reject(error, metrics, deps.log);
         throw error;
       }
-      backend ??= typeof deps.backend === 'function' ? deps.backend() : Promise.resolve(deps.backend);
+      backend ??= buildBackend(deps.backend).catch((error: unknown) => {
+        backend = undefined;
+        throw error;
+      });
       let result: RunResult;
       try {
         result = await runSlot({
@@ -74,8 +84,7 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps) {
       }
       if (result.status === 'failed') {
         throw new JobRunFailedError(
-          `job '${job.id}' failed for window ${parsed.slot.window} (epoch ${result.epoch}); the slot was released ` +
-            'for a retry',
+          `job '${job.id}' failed for window ${parsed.slot.window} (epoch ${result.epoch}); ${AFTER_FAILURE[result.slotState]}`,
           { cause: result.error },
         );
       }
@@ -84,6 +93,19 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps) {
       await metrics.flush();
     }
   };
+}
+
+/** What became of the slot after a failed run, for the error an operator reads. */
+const AFTER_FAILURE = {
+  RELEASED: 'the slot was released for a retry',
+  FAILED:
+    'that was its last allowed attempt, so the slot is FAILED and later deliveries stand down until an operator ' +
+    'releases it (slotguard slots release)',
+  fenced: 'a later run had already taken the slot over, which carries on with the window',
+} as const;
+
+function buildBackend(backend: JobHandlerDeps['backend']): Promise<SlotBackend> {
+  return typeof backend === 'function' ? backend() : Promise.resolve(backend);
 }
 
 function reject(error: InvalidEventError, metrics: JobMetrics, log: Log): HandlerResponse {

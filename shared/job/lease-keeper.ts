@@ -2,12 +2,24 @@ import type { Clock } from '../clock.js';
 import { SlotguardError } from '../errors.js';
 import type { Claim, ClaimStore } from '../slot/ports.js';
 
+/**
+ * How a lease was lost:
+ * - `fenced`: the store said another holder has the slot (a renewal, a reservation or a checkpoint
+ *   was rejected by epoch); nothing of it is ours any more.
+ * - `expired`: no renewal succeeded before the lease's end by the local clock (a slow or unreachable
+ *   store). The slot may still be RUNNING at our epoch: the holder gives it back, fenced, so the
+ *   next run need not wait for the lease to run out.
+ */
+export type LeaseLoss = 'fenced' | 'expired';
+
 /** Why a holder stopped trusting its lease. */
 export class LeaseLostError extends SlotguardError {
   readonly claim: Claim;
-  constructor(claim: Claim, message: string, options?: { cause?: unknown }) {
+  readonly loss: LeaseLoss;
+  constructor(claim: Claim, loss: LeaseLoss, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.claim = claim;
+    this.loss = loss;
   }
 }
 
@@ -23,6 +35,8 @@ export interface LeaseKeeperOptions {
   /** Stop reserving this long before the lease ends by the local clock. */
   readonly safetyMarginMs: number;
   readonly onLost?: (reason: LeaseLostError) => void;
+  /** Called after each successful renewal with the new lease end (by the local clock). */
+  readonly onRenewed?: (leaseEndsAt: number) => void;
 }
 
 /**
@@ -58,17 +72,27 @@ export class LeaseKeeper {
     return this.#leaseEndsAt;
   }
 
+  /** How the lease was lost, once it has been. */
+  get loss(): LeaseLoss | undefined {
+    const reason: unknown = this.#controller.signal.reason;
+    return reason instanceof LeaseLostError ? reason.loss : undefined;
+  }
+
   /** True while a new effect may be reserved: not lost, and the lease has more than the margin left. */
   canReserve(): boolean {
     if (this.#controller.signal.aborted) return false;
     if (this.#options.clock.now() < this.#leaseEndsAt - this.#options.safetyMarginMs) return true;
-    this.#lose(`lease ended at ${iso(this.#leaseEndsAt)} by the local clock before a renewal succeeded`);
+    this.#lose(
+      'expired',
+      `lease ended at ${iso(this.#leaseEndsAt)} by the local clock before a renewal succeeded ` +
+        `(new effects stop ${this.#options.safetyMarginMs} ms before the end)`,
+    );
     return false;
   }
 
-  /** Marks the lease lost from outside (a reservation found a later epoch). */
+  /** Marks the lease lost from outside: a reservation or a checkpoint found a later epoch. */
   fence(message: string): void {
-    this.#lose(message);
+    this.#lose('fenced', message);
   }
 
   stop(): void {
@@ -101,12 +125,14 @@ export class LeaseKeeper {
       if (outcome.kind === 'lost') {
         const by = outcome.holder ? ` by ${outcome.holder} (epoch ${outcome.epoch}, ${outcome.state})` : '';
         this.#lose(
+          'fenced',
           `slot ${claim.slot.jobId} ${claim.slot.window} was taken over${by}; epoch ${claim.epoch} is fenced`,
         );
         return;
       }
       this.#leaseEndsAt = sentAt + leaseMs;
       this.#scheduleExpiry();
+      this.#options.onRenewed?.(this.#leaseEndsAt);
     } catch {
       // A failed renewal (throttled, unreachable) is not a lost lease: try again at the next tick. If
       // none succeeds before the lease ends, the expiry timer stops the work.
@@ -116,9 +142,9 @@ export class LeaseKeeper {
     if (!this.#stopped && !this.#controller.signal.aborted) this.#scheduleRenew(sentAt);
   }
 
-  #lose(message: string): void {
+  #lose(loss: LeaseLoss, message: string): void {
     if (this.#controller.signal.aborted) return;
-    const error = new LeaseLostError(this.#options.claim, message);
+    const error = new LeaseLostError(this.#options.claim, loss, message);
     this.#controller.abort(error);
     this.stop();
     this.#options.onLost?.(error);

@@ -2,18 +2,38 @@ import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock.js';
 import { drainConcurrently } from '../effects/concurrent-drain.js';
 import type { EffectKeyHasher } from '../effects/effect-key.js';
-import { EffectRunner, InDoubtPolicy } from '../effects/effect-runner.js';
+import {
+  DEFAULT_EFFECT_RETRY,
+  type EffectRetryPolicy,
+  EffectRunner,
+  InDoubtPolicy,
+  type StopReason,
+} from '../effects/effect-runner.js';
+import { isResumable, type ResumableSource, sourceName, WalkWatermark } from '../effects/resumable-source.js';
 import { ConfigurationError, InvalidEventError } from '../errors.js';
-import type { Claim, ClaimOutcome, ClaimStore, Delivery, EffectLedger, RunSummary } from '../slot/ports.js';
-import type { Slot } from '../slot/slot.js';
+import type {
+  Claim,
+  ClaimOutcome,
+  ClaimStore,
+  Delivery,
+  EffectLedger,
+  FinishOutcome,
+  RunSummary,
+  WindowSummary,
+} from '../slot/ports.js';
+import { canonicalSlot, type Slot } from '../slot/slot.js';
 import type { Log } from '../telemetry/log.js';
 import { MetricName } from '../telemetry/metric-names.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
+import { safeErrorText } from '../telemetry/safe-error-text.js';
+import { Checkpointer } from './checkpointer.js';
 import type { JobContext, JobDefinition } from './job-definition.js';
 import { JOB_DEFAULTS } from './job-spec.js';
 import { LeaseKeeper } from './lease-keeper.js';
+import { tallyWindow, windowSummary } from './window-tally.js';
 
 const DAY_MS = 86_400_000;
+const HOUR_MS = 3_600_000;
 
 /** The backend a run uses: claims, effects, and how effect keys are hashed. */
 export interface SlotBackend {
@@ -42,7 +62,7 @@ export interface RunOptions {
   readonly leaseSafetyMarginMs?: number;
   /**
    * New effects stop when the Lambda has less than this left, so the run flushes its marks and
-   * releases the slot cleanly for the next run to resume.
+   * releases the slot cleanly for a continuation to resume.
    * @default 30_000
    */
   readonly stopMarginMs?: number;
@@ -52,7 +72,7 @@ export interface RunOptions {
    */
   readonly effectConcurrency?: number;
   /**
-   * Failed runs of a window before its slot is marked FAILED.
+   * Failed runs (the job threw) of a window before its slot is marked FAILED.
    * @default 3
    */
   readonly maxAttempts?: number;
@@ -70,28 +90,82 @@ export interface RunOptions {
   readonly markBatchSize?: number;
   /** @default 1_000 */
   readonly markFlushMs?: number;
+  /**
+   * How long after its scheduled time (or its first claim, if that came later: a backfill) a window
+   * must be finished. Past it, continuation stops: the window ends STUCK (work left) or PARTIAL
+   * (only refused effects left) and pages. The ScheduledJob construct sets the earlier of the gap
+   * to the next window and 6 hours.
+   * @default 6 hours
+   */
+  readonly deadlineMs?: number;
+  /**
+   * Consecutive runs of a window that end with work left and nothing achieved before it is STUCK.
+   * @default 3
+   */
+  readonly maxRunsWithoutProgress?: number;
+  /** How refused effects are retried. @default 5 attempts, 1, 4, 16 and 64 minutes apart */
+  readonly effectRetry?: EffectRetryPolicy;
+  /**
+   * Consecutive failures of one kind (a refusal reason, or an unknown error) that stop a run: the
+   * provider is failing, and asking it 12,400 times helps nobody.
+   * @default 10
+   */
+  readonly failureStreakLimit?: number;
 }
+
+/** Why a run stopped with work left. */
+export type YieldReason = Exclude<StopReason, 'lease-lost'> | 'retry-wait';
 
 /** What one delivery of a window came to. */
 export type RunResult =
-  | { readonly status: 'completed'; readonly epoch: number; readonly summary: RunSummary }
-  /** Another holder has the slot, or it is done or failed: this fire stood down. */
+  /** The window finished: DONE, or PARTIAL with permanent failures. */
+  | {
+      readonly status: 'completed';
+      readonly state: 'DONE' | 'PARTIAL';
+      readonly epoch: number;
+      readonly summary: RunSummary;
+      readonly window: WindowSummary;
+    }
+  /** Another holder has the slot, or it is finished, failed, stuck or waiting: this fire stood down. */
   | { readonly status: 'duplicate'; readonly outcome: Exclude<ClaimOutcome, { kind: 'claimed' }> }
-  /** Stopped with work left (Lambda time running out, or the store failing) and released the slot; a later run resumes. */
+  /**
+   * Stopped with work left and released the slot: a continuation resumes it, at once or (waiting
+   * for refused effects' retries, or after a failing provider) not before `resumeAfter`.
+   */
   | {
       readonly status: 'yielded';
       readonly epoch: number;
       readonly summary: RunSummary;
-      readonly reason: 'time' | 'store-error';
+      readonly reason: YieldReason;
+      readonly resumeAfter?: number;
     }
-  /** The lease was lost or the completion was fenced: another holder owns the window now. */
+  /** Continuation gave up (no progress in N runs, or past the deadline): STUCK, paged. */
+  | {
+      readonly status: 'stuck';
+      readonly epoch: number;
+      readonly summary: RunSummary;
+      readonly reason: string;
+    }
+  /**
+   * Our lease ran out by our own clock before a renewal succeeded; what we still held was given
+   * back (`released`), so the next run need not wait for the lease to end.
+   */
+  | {
+      readonly status: 'lease-lost';
+      readonly epoch: number;
+      readonly summary: RunSummary;
+      readonly released: boolean;
+    }
+  /** Another holder took the window over (a renewal, reservation, checkpoint or completion was rejected). */
   | { readonly status: 'fenced'; readonly epoch: number; readonly summary: RunSummary }
-  /** The job threw; the slot was released for a retry (or marked FAILED after maxAttempts). */
+  /** The job threw; the slot was released for a retry, or marked FAILED after maxAttempts. */
   | {
       readonly status: 'failed';
       readonly epoch: number;
       readonly summary: RunSummary;
       readonly error: unknown;
+      /** What the slot is now: RELEASED for a retry, FAILED for good, or fenced (taken over meanwhile). */
+      readonly slotState: 'RELEASED' | 'FAILED' | 'fenced';
     };
 
 export interface RunSlotArgs {
@@ -106,15 +180,23 @@ export interface RunSlotArgs {
   readonly options?: RunOptions;
   /** Milliseconds left in this invocation (Lambda's getRemainingTimeInMillis). @default unbounded */
   readonly remainingTimeMs?: () => number;
+  /** Called after each successful lease renewal (the SQS engine keeps its message invisible with it). */
+  readonly onLeaseRenewed?: (leaseEndsAt: number) => void;
 }
 
+type ResolvedRunOptions = ReturnType<typeof resolveRunOptions>;
+
 /**
- * Claims the slot, keeps its lease, runs the job with guarded effects, and completes or releases
- * the slot. Every outcome is a value; it throws only for a store failure it cannot classify.
+ * Claims the slot, keeps its lease, runs the job with guarded effects, and then completes the
+ * window, releases it for a continuation, or gives up on it (STUCK). Every outcome is a value; it
+ * throws only for a configuration that cannot work (before any claim) or a store failure it cannot
+ * classify.
  */
 export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
-  const { job, backend, clock, metrics, log, slot, delivery } = args;
-  const o = resolveOptions(args.options);
+  const { job, backend, clock, metrics, log, delivery } = args;
+  // Configuration first: a value that cannot work must never cost a window one of its attempts.
+  const o = resolveRunOptions(args.options);
+  const slot = canonicalSlot(args.slot);
   const windowMs = Date.parse(slot.window);
   const now = clock.now();
   assertWindowClaimable(slot, windowMs, now, o.retentionDays);
@@ -128,13 +210,18 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
       leaseMs: o.leaseMs,
       maxAttempts: o.maxAttempts,
       expiresAtSeconds: Math.ceil((windowMs + o.retentionDays * DAY_MS) / 1000),
+      // From the scheduled time, or from now for a window first claimed late (a backfill): its
+      // record keeps the first claim's deadline, so continuations cannot move it.
+      deadline: Math.max(windowMs, now) + o.deadlineMs,
       delivery,
     },
     claimSentAt,
   );
   if (outcome.kind !== 'claimed') {
-    metrics.count(MetricName.DuplicateClaim);
-    log.info('slot not claimed: this fire stands down', {
+    // A continuation arriving before its window's retry time, or after it finished, is the engine
+    // working as designed; only a fire of the schedule that finds its slot taken is a duplicate.
+    if (outcome.kind !== 'waiting' && !delivery.continuation) metrics.count(MetricName.DuplicateClaim);
+    log.info('slot not claimed: this delivery stands down', {
       window: slot.window,
       outcome: describeOutcome(outcome),
       ...delivery,
@@ -151,9 +238,16 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
       previousHolder: outcome.previousHolder,
     });
   }
-  log.info('slot claimed', { window: slot.window, epoch: claim.epoch, via: claim.via, ...delivery });
-  // Emitted now, not when the run ends: the missed-run alarm waits for ClaimAcquired, and a long
-  // fan-out would otherwise hold it back for up to the Lambda's 15 minutes.
+  log.info('slot claimed', {
+    window: slot.window,
+    epoch: claim.epoch,
+    via: claim.via,
+    deadline: new Date(claim.window.deadline).toISOString(),
+    resumeFrom: claim.window.checkpoint,
+    ...delivery,
+  });
+  // Emitted now, not when the run ends: a long fan-out would otherwise hold it back for up to the
+  // Lambda's 15 minutes.
   await metrics.flush();
 
   const lease = new LeaseKeeper({
@@ -164,16 +258,19 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
     leaseMs: o.leaseMs,
     renewEveryMs: o.renewEveryMs,
     safetyMarginMs: o.leaseSafetyMarginMs,
+    ...(args.onLeaseRenewed ? { onRenewed: args.onLeaseRenewed } : {}),
     onLost: (error) => {
       metrics.count(MetricName.LeaseLost);
       log.warn('lease lost: reserving no further effect', {
         window: slot.window,
         epoch: claim.epoch,
+        loss: error.loss,
         reason: error.message,
       });
     },
   });
   const remaining = args.remainingTimeMs;
+  let checkpointer: Checkpointer | undefined;
   const effects = new EffectRunner({
     claim,
     ledger: backend.ledger,
@@ -187,113 +284,360 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
       return undefined;
     },
     inDoubtPolicy: o.inDoubtPolicy,
+    retry: o.effectRetry,
+    failureStreakLimit: o.failureStreakLimit,
     markBatchSize: o.markBatchSize,
     markFlushMs: o.markFlushMs,
     onEffectError: (keyHash, error) =>
-      log.warn('effect did not complete', { window: slot.window, effect: keyHash, error: errorText(error) }),
+      log.warn('effect did not complete', {
+        window: slot.window,
+        effect: keyHash,
+        error: safeErrorText(error),
+      }),
+    onMarksDurable: (keyHashes) => checkpointer?.marked(keyHashes),
   });
+  checkpointer = new Checkpointer({
+    store: backend.claims,
+    claim,
+    clock,
+    progress: () => effects.summary(),
+    onFenced: (message) => lease.fence(message),
+  });
+  const run: RunState = { args, o, claim, lease, effects, checkpointer };
 
+  if (now > claim.window.deadline) {
+    // Past its deadline: no more continuing. Nothing is walked; what is on record decides.
+    lease.stop();
+    return finishPastDeadline(run);
+  }
   let jobError: unknown;
   try {
-    await job.run(jobContext(args, claim, lease.signal, effects, o.effectConcurrency));
+    await job.run(jobContext(run));
   } catch (error) {
     jobError = error;
   }
   // A job's own stray work (a `once` it did not await) reserves nothing once the run is finishing.
   effects.close();
   await effects.settle();
+  await checkpointer.stop();
   lease.stop();
-  return finish(args, claim, effects, jobError, lease.signal.aborted);
+  return finish(run, jobError);
 }
 
-async function finish(
-  args: RunSlotArgs,
-  claim: Claim,
-  effects: EffectRunner,
-  jobError: unknown,
-  leaseLost: boolean,
-): Promise<RunResult> {
+/** Everything a run's finish needs. */
+interface RunState {
+  readonly args: RunSlotArgs;
+  readonly o: ResolvedRunOptions;
+  readonly claim: Claim;
+  readonly lease: LeaseKeeper;
+  readonly effects: EffectRunner;
+  readonly checkpointer: Checkpointer;
+}
+
+async function finish(run: RunState, jobError: unknown): Promise<RunResult> {
+  const { args, claim, lease, effects, checkpointer } = run;
   const { backend, clock, metrics, log, slot } = args;
   const summary = effects.summary();
-  const context = { window: slot.window, ...summary, inDoubtKeys: undefined };
-  if (leaseLost || effects.stopReason === 'lease-lost') {
-    // Neither complete nor release: the slot belongs to a later epoch now, or will once our lease
-    // runs out. Any write we made here would be fenced anyway.
-    log.warn('run ended without its lease', { ...context, notAttempted: effects.notAttempted });
-    return { status: 'fenced', epoch: claim.epoch, summary };
+  const context = { window: slot.window, ...summary, inDoubtKeys: undefined, failedKeys: undefined };
+  if (lease.signal.aborted || effects.stopReason === 'lease-lost') {
+    if (lease.loss !== 'expired') {
+      log.warn('run ended fenced: a later epoch holds the window', {
+        ...context,
+        notAttempted: effects.notAttempted,
+      });
+      return { status: 'fenced', epoch: claim.epoch, summary };
+    }
+    // Our renewals were too slow, not overtaken: the slot may still be RUNNING at our epoch. Give it
+    // back (fenced on owner and epoch, so a takeover that came first is left alone) rather than make
+    // the next run wait out a lease nobody is using.
+    const released = await releaseQuietly(
+      backend.claims,
+      claim,
+      {
+        kind: 'yield',
+        checkpoint: checkpointer.current(),
+        runsWithoutProgress: runsWithoutProgress(run, 'store-error'),
+      },
+      clock.now(),
+    );
+    log.warn('run ended without its lease: released what it still held', {
+      ...context,
+      released: released === 'ok',
+      notAttempted: effects.notAttempted,
+    });
+    if (released === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
+    return { status: 'lease-lost', epoch: claim.epoch, summary, released: released === 'ok' };
   }
   if (jobError !== undefined) {
     const released = await backend.claims.release(
       claim,
-      { kind: 'error', message: errorText(jobError) },
+      { kind: 'error', message: safeErrorText(jobError) },
       clock.now(),
     );
-    log.error('job failed; slot released for a retry', {
-      ...context,
-      error: errorText(jobError),
-      release: released.kind,
-    });
-    return { status: 'failed', epoch: claim.epoch, summary, error: jobError };
+    const after = released.kind === 'fenced' ? 'fenced' : await stateAfterFailure(backend.claims, slot);
+    log.error(
+      after === 'FAILED'
+        ? `job failed on its last allowed attempt (${run.o.maxAttempts}); the slot is FAILED until an operator acts`
+        : after === 'fenced'
+          ? 'job failed; a later epoch had already taken the slot over'
+          : 'job failed; slot released for a retry',
+      { ...context, error: safeErrorText(jobError), slotState: after },
+    );
+    return { status: 'failed', epoch: claim.epoch, summary, error: jobError, slotState: after };
   }
-  if (effects.stopReason) {
-    const released = await backend.claims.release(claim, { kind: 'yield' }, clock.now());
+  const stopReason = effects.stopReason;
+  if (stopReason) return yieldOrGiveUp(run, stopReason);
+  checkpointer.markWalked();
+  return finishWalked(run);
+}
+
+/** The run stopped with work left: release for a continuation, or give up (STUCK) when it must. */
+async function yieldOrGiveUp(run: RunState, reason: Exclude<StopReason, 'lease-lost'>): Promise<RunResult> {
+  const { args, o, claim, effects, checkpointer } = run;
+  const { backend, clock, metrics, log, slot } = args;
+  const summary = effects.summary();
+  const now = clock.now();
+  const noProgress = runsWithoutProgress(run, reason);
+  const checkpoint = checkpointer.current();
+  if (now > claim.window.deadline && !checkpoint.walked) {
+    return giveUp(
+      run,
+      `the window's deadline ${new Date(claim.window.deadline).toISOString()} passed with work left`,
+      noProgress,
+    );
+  }
+  if (now > claim.window.deadline) return finishWalked(run);
+  if (noProgress >= o.maxRunsWithoutProgress) {
+    return giveUp(
+      run,
+      `no progress in ${noProgress} consecutive runs (the last stopped: ${reason})`,
+      noProgress,
+    );
+  }
+  // A provider failing everything is not asked again at once: the next run waits a retry delay.
+  const resumeAfter = reason === 'provider-failing' ? now + o.effectRetry.firstDelayMs : undefined;
+  const released = await backend.claims.release(
+    claim,
+    { kind: 'yield', checkpoint, runsWithoutProgress: noProgress, ...(resumeAfter ? { resumeAfter } : {}) },
+    now,
+  );
+  if (released.kind === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
+  metrics.count(MetricName.RunYielded);
+  if (reason === 'provider-failing') metrics.count(MetricName.ProviderFailing);
+  log.warn('run stopped with work left; slot released for a continuation', {
+    window: slot.window,
+    ...summary,
+    reason,
+    notAttempted: effects.notAttempted,
+    runsWithoutProgress: noProgress,
+    ...(resumeAfter ? { resumeAfter: new Date(resumeAfter).toISOString() } : {}),
+  });
+  return {
+    status: 'yielded',
+    epoch: claim.epoch,
+    summary,
+    reason,
+    ...(resumeAfter ? { resumeAfter } : {}),
+  };
+}
+
+/**
+ * The job's walk is over (this run's, or an earlier one's): count the window's records. Refused
+ * effects still waiting for a retry keep it open until their retry time; past the deadline they
+ * count as failed, and the window finishes PARTIAL.
+ */
+async function finishWalked(run: RunState): Promise<RunResult> {
+  const { args, claim, effects, checkpointer } = run;
+  const { backend, clock, metrics, log, slot } = args;
+  const summary = effects.summary();
+  const now = clock.now();
+  const tally = await tallyWindow(backend.ledger, slot, now);
+  const deadline = claim.window.deadline;
+  if (tally.waiting > 0 && now <= deadline) {
+    // Not before the earliest retry; at the deadline at the latest, where the window finishes.
+    const resumeAfter = Math.min(Math.max(tally.earliestRetryAt ?? now, now), deadline + 1);
+    const released = await backend.claims.release(
+      claim,
+      {
+        kind: 'yield',
+        checkpoint: checkpointer.current(),
+        runsWithoutProgress: claim.window.runsWithoutProgress,
+        resumeAfter,
+      },
+      now,
+    );
     if (released.kind === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
     metrics.count(MetricName.RunYielded);
-    log.warn('run stopped with work left; slot released for the next run to resume', {
-      ...context,
-      reason: effects.stopReason,
-      notAttempted: effects.notAttempted,
+    log.info('walk finished; refused effects wait for their retry', {
+      window: slot.window,
+      ...summary,
+      waiting: tally.waiting,
+      resumeAfter: new Date(resumeAfter).toISOString(),
     });
-    return { status: 'yielded', epoch: claim.epoch, summary, reason: effects.stopReason };
+    return { status: 'yielded', epoch: claim.epoch, summary, reason: 'retry-wait', resumeAfter };
   }
-  const completed = await backend.claims.complete(claim, summary, clock.now());
+  const window = windowSummary(tally, claim.epoch);
+  const completed = await backend.claims.complete(claim, window, now);
   if (completed.kind === 'fenced') {
     log.error('completion rejected: a later epoch owns this slot', {
-      ...context,
+      window: slot.window,
+      ...summary,
       currentEpoch: completed.epoch,
       currentState: completed.state,
     });
     return { status: 'fenced', epoch: claim.epoch, summary };
   }
-  log.info('slot completed', { ...context, inDoubtKeys: summary.inDoubtKeys });
-  return { status: 'completed', epoch: claim.epoch, summary };
+  const state = window.failed > 0 ? 'PARTIAL' : 'DONE';
+  if (tally.waiting > 0) {
+    // Their retry did not come before the deadline: counted failed now, and paged as such.
+    metrics.count(MetricName.EffectFailed, tally.waiting);
+  }
+  const fields = { window: slot.window, state, run: { ...summary }, totals: window };
+  if (state === 'PARTIAL') log.error('window finished with effects that failed for good', fields);
+  else log.info('window completed', fields);
+  return { status: 'completed', state, epoch: claim.epoch, summary, window };
 }
 
-function jobContext(
-  args: RunSlotArgs,
+/** Claimed after its deadline: finish what only waits for retries, give up on the rest. */
+async function finishPastDeadline(run: RunState): Promise<RunResult> {
+  if (run.claim.window.checkpoint?.walked) return finishWalked(run);
+  return giveUp(
+    run,
+    `claimed after the window's deadline ${new Date(run.claim.window.deadline).toISOString()} with work left`,
+    run.claim.window.runsWithoutProgress,
+  );
+}
+
+/** Marks the window STUCK: no more continuations, a page, an operator. */
+async function giveUp(run: RunState, reason: string, noProgress: number): Promise<RunResult> {
+  const { args, claim, effects, checkpointer } = run;
+  const { backend, clock, metrics, log, slot } = args;
+  const summary = effects.summary();
+  const released = await backend.claims.release(
+    claim,
+    { kind: 'stuck', reason, checkpoint: checkpointer.current(), runsWithoutProgress: noProgress },
+    clock.now(),
+  );
+  if (released.kind === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
+  metrics.count(MetricName.WindowStuck);
+  log.error('window STUCK: continuation stopped, an operator must re-drive it', {
+    window: slot.window,
+    ...summary,
+    inDoubtKeys: undefined,
+    failedKeys: undefined,
+    reason,
+  });
+  return { status: 'stuck', epoch: claim.epoch, summary, reason };
+}
+
+/**
+ * Consecutive runs without progress, this one included. Progress is something durable: an effect
+ * performed, a refusal recorded (its retries are bounded), or a checkpoint moved. A run the provider
+ * stopped achieved nothing, whatever it recorded.
+ */
+function runsWithoutProgress(run: RunState, reason: StopReason): number {
+  const { effects, checkpointer, claim } = run;
+  const progressed =
+    reason !== 'provider-failing' &&
+    (effects.summary().done > 0 || effects.failuresRecorded > 0 || checkpointer.moved);
+  return progressed ? 0 : claim.window.runsWithoutProgress + 1;
+}
+
+async function releaseQuietly(
+  store: ClaimStore,
   claim: Claim,
-  signal: AbortSignal,
-  effects: EffectRunner,
-  defaultConcurrency: number,
-): JobContext {
+  reason: Parameters<ClaimStore['release']>[1],
+  now: number,
+): Promise<FinishOutcome['kind'] | 'unreachable'> {
+  try {
+    return (await store.release(claim, reason, now)).kind;
+  } catch {
+    // The store that made us lose the lease may still be failing: the lease then runs out by itself.
+    return 'unreachable';
+  }
+}
+
+async function stateAfterFailure(store: ClaimStore, slot: Slot): Promise<'RELEASED' | 'FAILED'> {
+  const record = await store.read(slot).catch(() => undefined);
+  return record?.state === 'FAILED' ? 'FAILED' : 'RELEASED';
+}
+
+function jobContext(run: RunState): JobContext {
+  const { args, claim, lease, effects, checkpointer, o } = run;
   return {
     slot: args.slot,
     scheduledTime: new Date(args.slot.window),
     epoch: claim.epoch,
     delivery: args.delivery,
-    signal,
+    signal: lease.signal,
     payload: args.payload,
     log: args.log,
     once: (effectKey, effect) => effects.once(effectKey, effect),
     async onceEach(items, options, effect) {
-      const concurrency = options.concurrency ?? defaultConcurrency;
-      if (!Number.isInteger(concurrency) || concurrency < 1) {
-        throw new ConfigurationError(
-          'concurrency',
-          `onceEach concurrency is ${concurrency}; use a whole number of at least 1`,
+      const concurrency = options.concurrency ?? o.effectConcurrency;
+      assertConcurrency(concurrency, 'onceEach concurrency');
+      if (!isResumable(items)) {
+        await drainConcurrently(
+          items,
+          concurrency,
+          (item) => effects.once(options.key(item), (signal) => effect(item, signal)),
+          () => effects.stopping(),
         );
+        return;
       }
-      await drainConcurrently(
-        items,
-        concurrency,
-        (item) => effects.once(options.key(item), (signal) => effect(item, signal)),
-        () => effects.stopping(),
-      );
+      await walkResumable(run, items, options.key, concurrency, effect);
     },
   };
 }
 
-function resolveOptions(options: RunOptions = {}) {
+/**
+ * Walks a resumable source from the checkpoint, checkpointing as effects settle; then, if the walk
+ * began part-way (a continuation), goes back over the source once for refused effects now due for
+ * their retry, which a walk from the checkpoint never meets. The retry pass writes no checkpoint.
+ */
+async function walkResumable<T>(
+  run: RunState,
+  source: ResumableSource<T>,
+  key: (item: T) => string,
+  concurrency: number,
+  effect: (item: T, signal: AbortSignal) => Promise<void>,
+): Promise<void> {
+  const { effects, checkpointer, args } = run;
+  const name = sourceName(source);
+  const start = checkpointer.startOf(name);
+  const watermark = new WalkWatermark(start);
+  checkpointer.track(name, watermark);
+  await drainConcurrently(
+    source.read(start),
+    concurrency,
+    async (item) => {
+      const seq = watermark.pulled(source.position(item));
+      const keyHash = effects.hashOf(key(item));
+      const result = await effects.onceHashed(keyHash, (signal) => effect(item, signal));
+      watermark.settled(seq, keyHash, result);
+      checkpointer.settled();
+    },
+    () => effects.stopping(),
+  );
+  if (start === undefined || effects.stopping()) return;
+  const { due } = await tallyWindow(args.backend.ledger, args.slot, args.clock.now());
+  if (due.size === 0) return;
+  args.log.info('retrying refused effects that are due', { window: args.slot.window, due: due.size });
+  effects.restrictTo(due);
+  try {
+    await drainConcurrently(
+      source.read(undefined),
+      concurrency,
+      (item) => effects.once(key(item), (signal) => effect(item, signal)),
+      () => effects.stopping(),
+    );
+  } finally {
+    effects.restrictTo(undefined);
+  }
+}
+
+/** Fills in and checks every run option, before anything is claimed; the error names the option. */
+export function resolveRunOptions(options: RunOptions = {}) {
   const leaseMs = options.leaseMs ?? JOB_DEFAULTS.leaseSeconds * 1000;
   const resolved = {
     leaseMs,
@@ -306,6 +650,10 @@ function resolveOptions(options: RunOptions = {}) {
     inDoubtPolicy: options.inDoubtPolicy ?? InDoubtPolicy.Report,
     markBatchSize: options.markBatchSize ?? 25,
     markFlushMs: options.markFlushMs ?? 1_000,
+    deadlineMs: options.deadlineMs ?? 6 * HOUR_MS,
+    maxRunsWithoutProgress: options.maxRunsWithoutProgress ?? 3,
+    effectRetry: { ...DEFAULT_EFFECT_RETRY, ...options.effectRetry },
+    failureStreakLimit: options.failureStreakLimit ?? 10,
   };
   if (!Number.isFinite(leaseMs) || leaseMs < 1_000) {
     throw new ConfigurationError(
@@ -320,25 +668,51 @@ function resolveOptions(options: RunOptions = {}) {
         'renew well before the lease ends, e.g. every third of it',
     );
   }
-  if (resolved.retentionDays < 2) {
+  if (!(resolved.retentionDays >= 2)) {
     throw new ConfigurationError(
       'retentionDays',
       `retentionDays is ${resolved.retentionDays}; keep records at least 2 days (the scheduler retries for up to 24 hours)`,
     );
   }
-  if (!Number.isInteger(resolved.maxAttempts) || resolved.maxAttempts < 1) {
-    throw new ConfigurationError(
-      'maxAttempts',
-      `maxAttempts is ${resolved.maxAttempts}; use a whole number of at least 1`,
-    );
-  }
+  wholeNumber('maxAttempts', resolved.maxAttempts, 1);
+  wholeNumber('maxRunsWithoutProgress', resolved.maxRunsWithoutProgress, 1);
+  wholeNumber('failureStreakLimit', resolved.failureStreakLimit, 1);
+  wholeNumber('effectRetry.maxAttempts', resolved.effectRetry.maxAttempts, 1);
+  assertConcurrency(resolved.effectConcurrency, 'effectConcurrency');
   if (resolved.markBatchSize < 1 || resolved.markBatchSize > 25) {
     throw new ConfigurationError(
       'markBatchSize',
       `markBatchSize is ${resolved.markBatchSize}; use 1 to 25 (BatchWriteItem's limit)`,
     );
   }
+  if (!(resolved.deadlineMs >= 60_000)) {
+    throw new ConfigurationError(
+      'deadlineMs',
+      `deadlineMs is ${resolved.deadlineMs}; give a window at least a minute (60000) to finish`,
+    );
+  }
+  if (!(resolved.effectRetry.firstDelayMs >= 0) || !(resolved.effectRetry.backoffRate >= 1)) {
+    throw new ConfigurationError(
+      'effectRetry',
+      `effectRetry is ${JSON.stringify(options.effectRetry)}; use firstDelayMs ≥ 0 and backoffRate ≥ 1`,
+    );
+  }
   return resolved;
+}
+
+function wholeNumber(name: string, value: number, min: number): void {
+  if (!Number.isInteger(value) || value < min) {
+    throw new ConfigurationError(name, `${name} is ${value}; use a whole number of at least ${min}`);
+  }
+}
+
+function assertConcurrency(concurrency: number, name: string): void {
+  if (!Number.isInteger(concurrency) || concurrency < 1) {
+    throw new ConfigurationError(
+      name === 'effectConcurrency' ? 'effectConcurrency' : 'concurrency',
+      `${name} is ${concurrency}; use a whole number of at least 1`,
+    );
+  }
 }
 
 /**
@@ -373,16 +747,17 @@ function describeOutcome(outcome: Exclude<ClaimOutcome, { kind: 'claimed' }>): R
     case 'done':
       return {
         kind: 'done',
+        state: outcome.state,
         completedAt: new Date(outcome.completedAt).toISOString(),
         summary: outcome.summary,
       };
     case 'failed':
       return { kind: 'failed', attempts: outcome.attempts, lastError: outcome.lastError };
+    case 'stuck':
+      return { kind: 'stuck', epoch: outcome.epoch, reason: outcome.reason };
+    case 'waiting':
+      return { kind: 'waiting', until: new Date(outcome.until).toISOString() };
     default:
       return outcome satisfies never;
   }
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }

@@ -21,6 +21,13 @@ export const RuntimeEnv = {
   sendRatePerSecond: 'SLOTGUARD_SEND_RATE',
   /** Points the DynamoDB client at another endpoint (dynalite locally). */
   dynamodbEndpoint: 'DYNAMODB_ENDPOINT',
+  /**
+   * The job's SQS work queue: the schedule sends each window there, and a run invoked directly
+   * (not from the queue) that stops with work left sends its continuation there.
+   */
+  workQueueUrl: 'SLOTGUARD_WORK_QUEUE_URL',
+  /** How long after its scheduled time a window must be finished (RunOptions.deadlineMs, in seconds). */
+  deadlineSeconds: 'SLOTGUARD_DEADLINE_SECONDS',
 } as const;
 
 /**

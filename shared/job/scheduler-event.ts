@@ -20,6 +20,8 @@ export interface SchedulerEvent {
   readonly payload?: unknown;
   /** Set by the operator CLI's backfill: the run is for a missed window, fired late on purpose. */
   readonly backfilled?: boolean;
+  /** Set on a continuation: the window is resumed after a run that stopped with work left. */
+  readonly continuation?: boolean;
 }
 
 /** The largest event accepted, serialised. Scheduler allows 256 KB; a job's input should be small. */
@@ -66,11 +68,13 @@ export function parseSchedulerEvent(
   const window = parseScheduledTime(fields.scheduledTime);
   const executionId = optionalString(fields.executionId, 'executionId');
   const attemptNumber = parseAttemptNumber(fields.attemptNumber);
-  if (fields.backfilled !== undefined && typeof fields.backfilled !== 'boolean') {
-    throw new InvalidEventError(
-      'backfilled',
-      `backfilled is ${describe(fields.backfilled)}; use true, false or leave it out`,
-    );
+  for (const flag of ['backfilled', 'continuation'] as const) {
+    if (fields[flag] !== undefined && typeof fields[flag] !== 'boolean') {
+      throw new InvalidEventError(
+        flag,
+        `${flag} is ${describe(fields[flag])}; use true, false or leave it out`,
+      );
+    }
   }
   return {
     slot: { jobId: expectedJobId, window },
@@ -79,6 +83,7 @@ export function parseSchedulerEvent(
       ...(attemptNumber !== undefined ? { attemptNumber } : {}),
       invocationId,
       ...(fields.backfilled === true ? { backfilled: true } : {}),
+      ...(fields.continuation === true ? { continuation: true } : {}),
     },
     payload: fields.payload,
     backfilled: fields.backfilled === true,

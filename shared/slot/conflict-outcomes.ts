@@ -1,5 +1,13 @@
-import type { Claim, ClaimOutcome, SlotRecord } from './ports.js';
-import { SlotState } from './ports.js';
+import type {
+  Claim,
+  ClaimOutcome,
+  EffectRecord,
+  ReserveOptions,
+  ReserveOutcome,
+  SlotRecord,
+  WindowProgress,
+} from './ports.js';
+import { EffectState, SlotState } from './ports.js';
 import type { Slot } from './slot.js';
 
 /**
@@ -16,24 +24,58 @@ export function claimOutcomeOfConflict(
 ): ClaimOutcome | 'claimable' {
   switch (current.state) {
     case SlotState.Done:
-      return { kind: 'done', completedAt: current.completedAt ?? 0, summary: current.summary };
+    case SlotState.Partial:
+      return {
+        kind: 'done',
+        state: current.state,
+        completedAt: current.completedAt ?? 0,
+        summary: current.summary,
+      };
     case SlotState.Failed:
       return { kind: 'failed', attempts: current.attempts, lastError: current.lastError ?? '' };
+    case SlotState.Stuck:
+      return { kind: 'stuck', epoch: current.epoch, reason: current.lastError ?? '' };
     case SlotState.Running:
       if (current.owner === owner) {
         // Our own claim committed and its reply was lost: it is ours, not a rival's.
         return {
           kind: 'claimed',
-          claim: { slot, owner, epoch: current.epoch, leaseEndsAt: current.leaseEndsAt, via: 'new' },
+          claim: {
+            slot,
+            owner,
+            epoch: current.epoch,
+            leaseEndsAt: current.leaseEndsAt,
+            via: 'new',
+            window: progressOf(current, current.deadline ?? 0),
+          },
         };
       }
       if (current.leaseEndsAt < now) return 'claimable';
       return { kind: 'held', holder: current.owner, epoch: current.epoch, leaseEndsAt: current.leaseEndsAt };
     case SlotState.Released:
+      if (current.resumeAfter !== undefined && current.resumeAfter > now) {
+        return { kind: 'waiting', until: current.resumeAfter };
+      }
       return 'claimable';
     default:
       return current.state satisfies never;
   }
+}
+
+/**
+ * The window's progress a claim hands its run, from the record the claim replaced (absent for a new
+ * slot): the deadline the first claim stored (else the one this claim asked for), the checkpoint,
+ * and the runs without progress so far.
+ */
+export function progressOf(
+  record: Pick<SlotRecord, 'deadline' | 'checkpoint' | 'runsWithoutProgress'> | undefined,
+  requestedDeadline: number,
+): WindowProgress {
+  return {
+    deadline: record?.deadline ?? requestedDeadline,
+    ...(record?.checkpoint ? { checkpoint: record.checkpoint } : {}),
+    runsWithoutProgress: record?.runsWithoutProgress ?? 0,
+  };
 }
 
 /** True when the record is this very grant: the same owner token and epoch. */
@@ -63,4 +105,38 @@ export async function claimUntilAnswered(
     if (outcome !== 'claimable') return outcome;
   }
   return { kind: 'held', holder: '', epoch: 0, leaseEndsAt: now };
+}
+
+/**
+ * What an effect reservation that met an existing record should do, read from that record. Shared by
+ * the adapters that reserve with a conditional put and then read (DynamoDB, the in-memory store).
+ * `retry` and `take-over` ask the caller to replace exactly `current` with a conditional write.
+ */
+export function reserveOutcomeOfConflict(
+  current: EffectRecord,
+  claim: Claim,
+  options: ReserveOptions,
+):
+  | ReserveOutcome
+  | { readonly kind: 'retry'; readonly current: EffectRecord }
+  | { readonly kind: 'take-over'; readonly current: EffectRecord } {
+  if (current.state === EffectState.Done) return { kind: 'done' };
+  if (current.owner === claim.owner && current.epoch === claim.epoch) {
+    if (current.state === EffectState.Reserved) {
+      // Our own reservation committed and its reply was lost; the client's retry met it.
+      return { kind: 'reserved', rerun: false, attempt: current.attempts + 1 };
+    }
+  } else if (current.epoch > claim.epoch) {
+    // A later epoch reserved it, or recorded its refusal: that epoch holds the slot now.
+    return { kind: 'fenced', epoch: current.epoch };
+  }
+  if (current.state === EffectState.Failed) {
+    if (current.retryAt === undefined) return { kind: 'failed', attempts: current.attempts };
+    if (current.retryAt > options.now) {
+      return { kind: 'retry-later', retryAt: current.retryAt, attempts: current.attempts };
+    }
+    return { kind: 'retry', current };
+  }
+  if (!options.rerunInDoubt) return { kind: 'in-doubt', epoch: current.epoch };
+  return { kind: 'take-over', current };
 }

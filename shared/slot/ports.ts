@@ -3,21 +3,40 @@ import type { Slot } from './slot.js';
 /**
  * The ports every claims backend implements (DynamoDB, Postgres, the in-memory simulation store).
  * Losing a race is the normal case and comes back as a value; adapters throw only what the caller
- * cannot handle (a StoreError after the client's own retries).
+ * cannot handle (a StoreError after the client's own retries, an InvalidEventError for a slot that
+ * cannot be a key).
  */
 
 /** Slot states as stored. */
 export const SlotState = {
   /** A holder is working under a lease. */
   Running: 'RUNNING',
-  /** The run completed; further fires stand down. */
+  /** The window finished: every effect done (or in doubt, reported); further fires stand down. */
   Done: 'DONE',
-  /** A holder gave the slot back (failed or out of time); the next fire may claim it. */
+  /**
+   * The window finished, but some effects failed permanently (refused on every retry, or still
+   * refused at the deadline). Terminal like DONE; the failed hashes are listed and `EffectFailed` pages.
+   */
+  Partial: 'PARTIAL',
+  /** A holder gave the slot back (out of time, waiting for a retry, or failed); the next run resumes it. */
   Released: 'RELEASED',
   /** The run failed `maxAttempts` times; further fires stand down until an operator acts. */
   Failed: 'FAILED',
+  /**
+   * Continuation gave up: no progress in `maxRunsWithoutProgress` runs, or the deadline passed with
+   * work left. Further fires stand down; `WindowStuck` pages and an operator re-drives the window.
+   */
+  Stuck: 'STUCK',
 } as const;
 export type SlotState = (typeof SlotState)[keyof typeof SlotState];
+
+/** States no run leaves on its own: only an operator reopens them. */
+export const TERMINAL_SLOT_STATES: readonly SlotState[] = [
+  SlotState.Done,
+  SlotState.Partial,
+  SlotState.Failed,
+  SlotState.Stuck,
+];
 
 /** Who fired: recorded on the slot, never part of its key. */
 export interface Delivery {
@@ -29,6 +48,8 @@ export interface Delivery {
   readonly invocationId?: string;
   /** Fired late on purpose for a missed window (the operator CLI's backfill, the local runner's catch-up). */
   readonly backfilled?: boolean;
+  /** A continuation of a window an earlier run yielded, not a fire of the schedule. */
+  readonly continuation?: boolean;
 }
 
 export interface LeaseRequest {
@@ -40,7 +61,39 @@ export interface LeaseRequest {
   readonly maxAttempts: number;
   /** Retention: the record's expiry, in epoch seconds, for the store's TTL. */
   readonly expiresAtSeconds: number;
+  /**
+   * When the window must be finished, in epoch milliseconds. Stored by the first claim and kept by
+   * every later one, so continuations cannot push it back.
+   */
+  readonly deadline: number;
   readonly delivery: Delivery;
+}
+
+/**
+ * Where a window's work stands between runs: written by the holder (fenced on owner and epoch)
+ * as effects settle, and handed to the next claim of the window.
+ */
+export interface Checkpoint {
+  /**
+   * Per resumable source, by its name: a position such that every item up to it has an outcome on
+   * record (done, in doubt, or failed). A continuation reads the source after it.
+   */
+  readonly positions: Readonly<Record<string, string>>;
+  /**
+   * The job's walk ran to the end at least once: what is left is at most failed effects waiting for
+   * their retry. A window past its deadline in this phase ends PARTIAL rather than STUCK.
+   */
+  readonly walked: boolean;
+}
+
+/** A window's progress as a claim finds it, from the slot record the claim replaced. */
+export interface WindowProgress {
+  /** When the window must be finished (epoch ms), as the first claim stored it. */
+  readonly deadline: number;
+  /** Where the last run left off, if it left a checkpoint. */
+  readonly checkpoint?: Checkpoint;
+  /** Consecutive earlier runs that ended with work left and nothing achieved. */
+  readonly runsWithoutProgress: number;
 }
 
 /** A granted claim: the lease and its fencing epoch. */
@@ -53,9 +106,11 @@ export interface Claim {
   readonly leaseEndsAt: number;
   /** How the slot was obtained. */
   readonly via: 'new' | 'takeover' | 'retry';
+  /** The window's progress as the claim found it. */
+  readonly window: WindowProgress;
 }
 
-/** Counts of one run, stored with DONE and reported in logs and metrics. */
+/** Counts of one run, reported in its logs, its metrics and its result. */
 export interface RunSummary {
   /** Effects this run performed. */
   readonly done: number;
@@ -63,18 +118,50 @@ export interface RunSummary {
   readonly skipped: number;
   /** Effects reserved by an earlier epoch and never marked done: not re-run, reported. */
   readonly inDoubt: number;
-  /** Effects whose function failed without performing (released for a later run). */
+  /** Effects that failed permanently in this run (refused on their last allowed attempt, or an unusable key). */
   readonly failed: number;
+  /** Effects refused before sending that a later run retries (backoff), or found waiting for one. */
+  readonly retrying: number;
   /** Up to 50 hashed keys of effects in doubt, for the operator. Never raw keys. */
   readonly inDoubtKeys: readonly string[];
+  /** Up to 50 hashed keys of effects that failed permanently. */
+  readonly failedKeys: readonly string[];
   readonly epoch: number;
+}
+
+/**
+ * What a window came to, counted from its effect records when it finished: exact whatever crashes,
+ * takeovers and continuations happened on the way. Stored with DONE or PARTIAL.
+ */
+export interface WindowSummary {
+  /** Effects recorded done. */
+  readonly done: number;
+  /** Effects reserved and never recorded done: may or may not have happened. */
+  readonly inDoubt: number;
+  /** Effects that failed permanently: not performed. */
+  readonly failed: number;
+  /** Up to 50 hashed keys of the effects in doubt. */
+  readonly inDoubtKeys: readonly string[];
+  /** Up to 50 hashed keys of the effects that failed. */
+  readonly failedKeys: readonly string[];
+  /** Runs granted the slot (its epoch when it finished). */
+  readonly runs: number;
 }
 
 export type ClaimOutcome =
   | { readonly kind: 'claimed'; readonly claim: Claim; readonly previousHolder?: string }
   | { readonly kind: 'held'; readonly holder: string; readonly epoch: number; readonly leaseEndsAt: number }
-  | { readonly kind: 'done'; readonly completedAt: number; readonly summary: RunSummary | undefined }
-  | { readonly kind: 'failed'; readonly attempts: number; readonly lastError: string };
+  /** Finished: DONE, or PARTIAL with permanent failures. */
+  | {
+      readonly kind: 'done';
+      readonly state: typeof SlotState.Done | typeof SlotState.Partial;
+      readonly completedAt: number;
+      readonly summary: WindowSummary | undefined;
+    }
+  | { readonly kind: 'failed'; readonly attempts: number; readonly lastError: string }
+  | { readonly kind: 'stuck'; readonly epoch: number; readonly reason: string }
+  /** Released by a run waiting for failed effects' backoff: not claimable before `until`. */
+  | { readonly kind: 'waiting'; readonly until: number };
 
 export type RenewOutcome =
   | { readonly kind: 'renewed'; readonly leaseEndsAt: number }
@@ -90,12 +177,29 @@ export type FinishOutcome =
       readonly state?: SlotState;
     };
 
-/** Why a holder gives its slot back. */
+/** Why a holder gives its slot back, and what it leaves for the next run. */
 export type ReleaseReason =
   /** The run threw; counts toward maxAttempts. */
   | { readonly kind: 'error'; readonly message: string }
-  /** The run stopped cleanly (time or lease margin) with work left; a later run resumes. */
-  | { readonly kind: 'yield' };
+  /**
+   * The run stopped with work left (time, lease margin, a failing store or provider, or failed
+   * effects waiting for their retry); a later run resumes from `checkpoint`.
+   */
+  | {
+      readonly kind: 'yield';
+      readonly checkpoint?: Checkpoint;
+      /** Consecutive runs, this one included, that ended with work left and nothing achieved. */
+      readonly runsWithoutProgress: number;
+      /** Not claimable before this instant (epoch ms): the earliest retry of a failed effect. */
+      readonly resumeAfter?: number;
+    }
+  /** Continuation gives up on the window (no progress, or past its deadline): STUCK, for an operator. */
+  | {
+      readonly kind: 'stuck';
+      readonly reason: string;
+      readonly checkpoint?: Checkpoint;
+      readonly runsWithoutProgress: number;
+    };
 
 /** What a backend stores per slot, for operators and tests. */
 export interface SlotRecord {
@@ -107,61 +211,119 @@ export interface SlotRecord {
   readonly attempts: number;
   readonly failures: number;
   readonly delivery: Delivery;
-  readonly summary?: RunSummary;
+  readonly summary?: WindowSummary;
   readonly lastError?: string;
   readonly completedAt?: number;
   readonly expiresAtSeconds: number;
+  /** When the window must be finished (epoch ms). Absent on records written before deadlines existed. */
+  readonly deadline?: number;
+  readonly checkpoint?: Checkpoint;
+  /** The holder's counts at its last checkpoint (its run so far), for operators watching a long run. */
+  readonly progress?: RunSummary;
+  readonly runsWithoutProgress: number;
+  /** A released window waiting for failed effects' backoff: not claimable before this (epoch ms). */
+  readonly resumeAfter?: number;
 }
 
 export interface ClaimStore {
   /**
-   * Claims the slot in one conditional write: granted when it is new, RELEASED, or RUNNING under an
-   * expired lease (a takeover, epoch + 1). `now` is the claimer's clock reading.
+   * Claims the slot in one conditional write: granted when it is new, RELEASED (and not waiting),
+   * or RUNNING under an expired lease (a takeover, epoch + 1). `now` is the claimer's clock reading.
    */
   claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome>;
   /** Extends the lease, conditioned on owner and epoch. */
   renew(claim: Claim, leaseMs: number, now: number): Promise<RenewOutcome>;
-  /** Writes DONE with the summary, conditioned on owner and epoch. */
-  complete(claim: Claim, summary: RunSummary, now: number): Promise<FinishOutcome>;
-  /** Gives the slot back, conditioned on owner and epoch. */
+  /**
+   * Records where the run stands (conditioned on owner and epoch): the checkpoint the next run
+   * resumes from, and this run's counts so far.
+   */
+  checkpoint(claim: Claim, checkpoint: Checkpoint, progress: RunSummary): Promise<FinishOutcome>;
+  /**
+   * Finishes the window, conditioned on owner and epoch: DONE, or PARTIAL when `summary.failed` is
+   * more than zero.
+   */
+  complete(claim: Claim, summary: WindowSummary, now: number): Promise<FinishOutcome>;
+  /** Gives the slot back (or marks it STUCK), conditioned on owner and epoch. */
   release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome>;
   /** Reads a slot record (strongly consistent), or undefined. */
   read(slot: Slot): Promise<SlotRecord | undefined>;
 }
 
 /** Effect states as stored. */
-export const EffectState = { Reserved: 'RESERVED', Done: 'DONE' } as const;
+export const EffectState = {
+  /** Reserved by a run: performed or about to be, or in doubt once that run is over. */
+  Reserved: 'RESERVED',
+  /** Performed and recorded. */
+  Done: 'DONE',
+  /** Refused before it was performed: retried after `retryAt`, or permanently failed. */
+  Failed: 'FAILED',
+} as const;
 export type EffectState = (typeof EffectState)[keyof typeof EffectState];
-
-export type ReserveOutcome =
-  /** Ours to perform (new, our own lost-response retry, or a re-run of an in-doubt one by policy). */
-  | { readonly kind: 'reserved'; readonly rerun: boolean }
-  /** Already performed by an earlier run: skip. */
-  | { readonly kind: 'done' }
-  /** Reserved by an earlier epoch and never marked done: may or may not have happened. */
-  | { readonly kind: 'in-doubt'; readonly epoch: number }
-  /** Reserved by a later epoch: we have been fenced out; reserve nothing more. */
-  | { readonly kind: 'fenced'; readonly epoch: number };
 
 export interface EffectRecord {
   readonly keyHash: string;
   readonly state: EffectState;
   readonly epoch: number;
   readonly owner: string;
+  /** Attempts refused so far (0 for an effect never refused). */
+  readonly attempts: number;
+  /** FAILED and retryable: not before this instant (epoch ms). Absent when the failure is permanent. */
+  readonly retryAt?: number;
+  /** Why it was last refused (a NotPerformedReason), for FAILED records. */
+  readonly reason?: string;
+}
+
+/** A refusal to record: the attempt that was refused, and when (if ever) to try again. */
+export interface EffectFailure {
+  /** Attempts refused so far, this one included. */
+  readonly attempts: number;
+  /** Retry not before this instant (epoch ms); absent: failed permanently. */
+  readonly retryAt?: number;
+  /** Why (a NotPerformedReason, or `invalid-key`). */
+  readonly reason: string;
+}
+
+export type ReserveOutcome =
+  /**
+   * Ours to perform (new, our own lost-response retry, a re-run of an in-doubt one by policy, or a
+   * due retry of a refused one). `attempt` counts from 1, refused attempts included.
+   */
+  | { readonly kind: 'reserved'; readonly rerun: boolean; readonly attempt: number }
+  /** Already performed by an earlier run: skip. */
+  | { readonly kind: 'done' }
+  /** Reserved by an earlier epoch and never marked done: may or may not have happened. */
+  | { readonly kind: 'in-doubt'; readonly epoch: number }
+  /** Reserved by a later epoch: we have been fenced out; reserve nothing more. */
+  | { readonly kind: 'fenced'; readonly epoch: number }
+  /** Refused earlier and not due for its retry until `retryAt`. */
+  | { readonly kind: 'retry-later'; readonly retryAt: number; readonly attempts: number }
+  /** Refused on its last allowed attempt: failed permanently, not performed. */
+  | { readonly kind: 'failed'; readonly attempts: number };
+
+export interface ReserveOptions {
+  /** Take over a reservation left by an earlier epoch (effects that are themselves idempotent). */
+  readonly rerunInDoubt: boolean;
+  /** The caller's clock reading: a failed effect whose `retryAt` has passed is reserved again. */
+  readonly now: number;
 }
 
 export interface EffectLedger {
   /**
-   * Reserves one effect with a conditional put (only if absent), stamped with the claim's epoch
-   * and owner. `rerunInDoubt` takes over a reservation left by an earlier epoch.
+   * Reserves one effect with a conditional write (only if absent, or FAILED and due for a retry),
+   * stamped with the claim's epoch and owner.
    */
-  reserve(claim: Claim, keyHash: string, options: { rerunInDoubt: boolean }): Promise<ReserveOutcome>;
+  reserve(claim: Claim, keyHash: string, options: ReserveOptions): Promise<ReserveOutcome>;
   /** Marks reserved effects done. May be batched; marks only keys this claim reserved. */
   markDone(claim: Claim, keyHashes: readonly string[]): Promise<void>;
-  /** Deletes our reservation after an effect that certainly did not happen, so a later run retries it. */
+  /**
+   * Records that our reservation's effect was refused before it was performed (conditioned on the
+   * reservation being ours): FAILED, retried by a later run after `retryAt`, or permanently.
+   */
+  recordFailure(claim: Claim, keyHash: string, failure: EffectFailure): Promise<void>;
+  /** Deletes our reservation of an effect that was never attempted (the run stopped before sending). */
   unreserve(claim: Claim, keyHash: string): Promise<void>;
   /** Reads one effect record (strongly consistent). */
   read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined>;
-  /** Lists every effect record of a slot, for operators and tests. */
+  /** Lists every effect record of a slot, for the window's summary, operators and tests. */
   list(slot: Slot): AsyncIterable<EffectRecord>;
 }

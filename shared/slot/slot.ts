@@ -1,4 +1,5 @@
 import { InvalidEventError } from '../errors.js';
+import type { Claim } from './ports.js';
 
 /**
  * Job ids are part of every storage key, metric dimension and IAM condition, so they are held to a
@@ -53,6 +54,24 @@ export function parseScheduledTime(value: unknown, field = 'scheduledTime'): str
     );
   }
   return windowOf(millis);
+}
+
+/**
+ * The slot every backend stores for `slot`: the job id checked against JOB_ID_PATTERN (so no `#`
+ * can make two slots one key) and the window canonicalised, so one instant spelled `…Z`, `….000Z`
+ * or `+01:00` is one slot on every backend. Called at each adapter's edge; anything else is an
+ * InvalidEventError (permanent).
+ */
+export function canonicalSlot(slot: Slot): Slot {
+  assertJobId(slot.jobId);
+  const window = parseScheduledTime(slot.window, 'window');
+  return window === slot.window ? slot : { ...slot, window };
+}
+
+/** A claim whose slot is canonical (see canonicalSlot): the same claim when it already is. */
+export function canonicalClaim(claim: Claim): Claim {
+  const slot = canonicalSlot(claim.slot);
+  return slot === claim.slot ? claim : { ...claim, slot };
 }
 
 /** The canonical window string for an instant: UTC, whole seconds, `Z`. */

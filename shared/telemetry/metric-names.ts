@@ -22,11 +22,26 @@ export const MetricName = {
   EffectSkipped: 'EffectSkipped',
   /** An effect was reserved by an earlier epoch and never marked done: it may or may not have happened. */
   EffectInDoubt: 'EffectInDoubt',
-  /** An effect failed without performing and was released for a later run. */
+  /**
+   * An effect failed for good: refused on its last allowed attempt (or its key was unusable), so it
+   * was not performed. Pages: somebody did not get their email.
+   */
   EffectFailed: 'EffectFailed',
+  /** The provider refused an effect before performing it; a later run retries it after a backoff. */
+  EffectRetried: 'EffectRetried',
   /** An event that can never succeed was rejected without a claim, an effect or a retry. */
   InvalidEvent: 'InvalidEvent',
   /** A run stopped with work left (Lambda time or lease margin) and released its slot to be resumed. */
   RunYielded: 'RunYielded',
+  /** A run stopped because one kind of provider failure repeated (every send refused or erroring). Pages. */
+  ProviderFailing: 'ProviderFailing',
+  /** Continuation gave up on a window (no progress in N runs, or past its deadline): STUCK. Pages. */
+  WindowStuck: 'WindowStuck',
+  /** The watchdog found a window the schedule should have had with no record past its grace. Pages. */
+  WindowMissing: 'WindowMissing',
+  /** The watchdog found a window not finished (or STUCK, FAILED) past its deadline. Pages. */
+  WindowIncomplete: 'WindowIncomplete',
+  /** The watchdog ran (its own missing-data alarm watches the watchdog). */
+  WatchdogRun: 'WatchdogRun',
 } as const;
 export type MetricName = (typeof MetricName)[keyof typeof MetricName];

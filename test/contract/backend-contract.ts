@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { Claim, ClaimStore, EffectLedger, LeaseRequest } from '../../shared/slot/ports.js';
+import { InvalidEventError } from '../../shared/errors.js';
+import type { Claim, ClaimStore, EffectLedger, LeaseRequest, RunSummary } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
 
 /** What a backend under contract provides: its two ports, fresh for each test. */
@@ -10,6 +11,7 @@ export interface ContractBackend {
 
 const T0 = Date.parse('2026-11-30T06:00:05Z');
 const LEASE = 60_000;
+const DEADLINE = T0 + 6 * 3_600_000;
 let slots = 0;
 
 function freshSlot(): Slot {
@@ -29,6 +31,7 @@ function lease(owner: string, overrides: Partial<LeaseRequest> = {}): LeaseReque
     leaseMs: LEASE,
     maxAttempts: 3,
     expiresAtSeconds: Math.ceil(T0 / 1000) + 35 * 86_400,
+    deadline: DEADLINE,
     delivery: { executionId: `exec-${owner}`, attemptNumber: 1, invocationId: `req-${owner}` },
     ...overrides,
   };
@@ -41,7 +44,18 @@ async function claimOrFail(store: ClaimStore, slot: Slot, owner: string, now: nu
   return outcome.claim;
 }
 
-const summary = (epoch: number) => ({ done: 3, skipped: 0, inDoubt: 0, failed: 0, inDoubtKeys: [], epoch });
+const runSummary = (epoch: number, done: number): RunSummary => ({
+  done,
+  skipped: 0,
+  inDoubt: 0,
+  failed: 0,
+  retrying: 0,
+  inDoubtKeys: [],
+  failedKeys: [],
+  epoch,
+});
+
+const summary = (runs: number) => ({ done: 3, inDoubt: 0, failed: 0, inDoubtKeys: [], failedKeys: [], runs });
 
 /**
  * One claim-and-ledger contract, run unchanged against every backend (DynamoDB, Postgres, the
@@ -145,7 +159,7 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       const a = await claimOrFail(claims, slot, 'a', T0);
       expect(await claims.complete(a, summary(1), T0 + 5_000)).toEqual({ kind: 'ok' });
       const later = await claims.claim(slot, lease('b'), T0 + 10 * LEASE);
-      expect(later).toEqual({ kind: 'done', completedAt: T0 + 5_000, summary: summary(1) });
+      expect(later).toEqual({ kind: 'done', state: 'DONE', completedAt: T0 + 5_000, summary: summary(1) });
       // A retried completion (lost reply) is still ok, not fenced.
       expect(await claims.complete(a, summary(1), T0 + 5_000)).toEqual({ kind: 'ok' });
     });
@@ -160,7 +174,9 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
         holder: 'b',
         epoch: 2,
       });
-      expect(await claims.release(a, { kind: 'yield' }, T0 + LEASE + 3)).toMatchObject({
+      expect(
+        await claims.release(a, { kind: 'yield', runsWithoutProgress: 0 }, T0 + LEASE + 3),
+      ).toMatchObject({
         kind: 'fenced',
         epoch: 2,
       });
@@ -171,7 +187,9 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       const { claims } = await makeBackend();
       const slot = freshSlot();
       const a = await claimOrFail(claims, slot, 'a', T0);
-      expect(await claims.release(a, { kind: 'yield' }, T0 + 1_000)).toEqual({ kind: 'ok' });
+      expect(await claims.release(a, { kind: 'yield', runsWithoutProgress: 0 }, T0 + 1_000)).toEqual({
+        kind: 'ok',
+      });
       const b = await claims.claim(slot, lease('b'), T0 + 1_001);
       expect(b).toMatchObject({ kind: 'claimed', claim: { epoch: 2, via: 'retry' } });
       expect(await claims.read(slot)).toMatchObject({ failures: 0, attempts: 2 });
@@ -199,13 +217,15 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
     it('reserves a key once; a second claim of the same epoch and owner sees its own reservation', async () => {
       const { claims, ledger } = await makeBackend();
       const a = await claimOrFail(claims, freshSlot(), 'a', T0);
-      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false })).toEqual({
+      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 })).toEqual({
         kind: 'reserved',
         rerun: false,
+        attempt: 1,
       });
-      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false })).toEqual({
+      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 })).toEqual({
         kind: 'reserved',
         rerun: false,
+        attempt: 1,
       });
       expect(await ledger.read(a.slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 1, owner: 'a' });
     });
@@ -217,7 +237,7 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
       const outcomes = await Promise.all(
         Array.from({ length: 40 }, (_, i) =>
-          ledger.reserve(i % 2 ? a : b, 'contended', { rerunInDoubt: false }),
+          ledger.reserve(i % 2 ? a : b, 'contended', { rerunInDoubt: false, now: T0 }),
         ),
       );
       const record = await ledger.read(slot, 'contended');
@@ -235,25 +255,29 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       const { claims, ledger } = await makeBackend();
       const slot = freshSlot();
       const a = await claimOrFail(claims, slot, 'a', T0);
-      await ledger.reserve(a, 'k1', { rerunInDoubt: false });
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 });
       await ledger.markDone(a, ['k1']);
       const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
-      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false })).toEqual({ kind: 'done' });
-      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: true })).toEqual({ kind: 'done' });
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false, now: T0 })).toEqual({ kind: 'done' });
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: true, now: T0 })).toEqual({ kind: 'done' });
     });
 
     it('reports a reservation an earlier epoch never marked done as in doubt, and re-runs it only by policy', async () => {
       const { claims, ledger } = await makeBackend();
       const slot = freshSlot();
       const a = await claimOrFail(claims, slot, 'a', T0);
-      await ledger.reserve(a, 'k1', { rerunInDoubt: false });
-      await ledger.reserve(a, 'k2', { rerunInDoubt: false });
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 });
+      await ledger.reserve(a, 'k2', { rerunInDoubt: false, now: T0 });
       const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
-      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false })).toEqual({ kind: 'in-doubt', epoch: 1 });
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false, now: T0 })).toEqual({
+        kind: 'in-doubt',
+        epoch: 1,
+      });
       expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 1 });
-      expect(await ledger.reserve(b, 'k2', { rerunInDoubt: true })).toEqual({
+      expect(await ledger.reserve(b, 'k2', { rerunInDoubt: true, now: T0 })).toEqual({
         kind: 'reserved',
         rerun: true,
+        attempt: 1,
       });
       expect(await ledger.read(slot, 'k2')).toMatchObject({ state: 'RESERVED', epoch: 2, owner: 'b' });
     });
@@ -263,21 +287,25 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       const slot = freshSlot();
       const a = await claimOrFail(claims, slot, 'a', T0);
       const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
-      await ledger.reserve(b, 'k1', { rerunInDoubt: false });
-      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false })).toEqual({ kind: 'fenced', epoch: 2 });
+      await ledger.reserve(b, 'k1', { rerunInDoubt: false, now: T0 });
+      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 })).toEqual({
+        kind: 'fenced',
+        epoch: 2,
+      });
     });
 
     it('releases a reservation whose effect did not happen, so a later run can perform it', async () => {
       const { claims, ledger } = await makeBackend();
       const slot = freshSlot();
       const a = await claimOrFail(claims, slot, 'a', T0);
-      await ledger.reserve(a, 'k1', { rerunInDoubt: false });
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 });
       await ledger.unreserve(a, 'k1');
       expect(await ledger.read(slot, 'k1')).toBeUndefined();
       const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
-      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false })).toEqual({
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false, now: T0 })).toEqual({
         kind: 'reserved',
         rerun: false,
+        attempt: 1,
       });
     });
 
@@ -286,7 +314,7 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       const slot = freshSlot();
       const a = await claimOrFail(claims, slot, 'a', T0);
       const keys = Array.from({ length: 60 }, (_, i) => `${(i % 16).toString(16)}key${i}`);
-      for (const key of keys) await ledger.reserve(a, key, { rerunInDoubt: false });
+      for (const key of keys) await ledger.reserve(a, key, { rerunInDoubt: false, now: T0 });
       await ledger.markDone(a, keys.slice(0, 53));
       const listed = [];
       for await (const record of ledger.list(slot)) listed.push(record);
@@ -294,6 +322,222 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       expect(listed.filter((r) => r.state === 'DONE')).toHaveLength(53);
       expect(listed.filter((r) => r.state === 'RESERVED')).toHaveLength(7);
       expect(new Set(listed.map((r) => r.keyHash))).toEqual(new Set(keys));
+    });
+  });
+
+  describe(`${name}: one rule for keys`, () => {
+    it('stores one instant as one slot however its window is spelled', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const instant = Date.parse(slot.window);
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      expect(a.slot.window).toBe(slot.window);
+      const spellings = [
+        new Date(instant).toISOString(), // ….000Z
+        `${new Date(instant + 3_600_000).toISOString().slice(0, 19)}+01:00`,
+        `${new Date(instant).toISOString().slice(0, 19)}.4Z`,
+      ];
+      for (const window of spellings) {
+        expect(
+          await claims.claim({ jobId: slot.jobId, window }, lease('b'), T0 + 1_000),
+          window,
+        ).toMatchObject({
+          kind: 'held',
+          holder: 'a',
+        });
+      }
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 });
+      expect(await ledger.read({ jobId: slot.jobId, window: spellings[1]! }, 'k1')).toMatchObject({
+        owner: 'a',
+      });
+      expect(await claims.read({ jobId: slot.jobId, window: spellings[0]! })).toMatchObject({
+        owner: 'a',
+        epoch: 1,
+      });
+    });
+
+    it('refuses a job id or window that could make two slots one key', async () => {
+      const { claims } = await makeBackend();
+      const window = '2026-11-30T06:00:00Z';
+      for (const slot of [
+        { jobId: 'a#2026-11-30T06:00:00Z', window },
+        { jobId: 'a', window: '2026-11-30T06:00:00Z#b' },
+        { jobId: 'Weekly', window },
+        { jobId: 'a', window: 'yesterday' },
+      ]) {
+        await expect(claims.claim(slot, lease('a'), T0), JSON.stringify(slot)).rejects.toBeInstanceOf(
+          InvalidEventError,
+        );
+      }
+    });
+  });
+
+  describe(`${name}: windows across runs`, () => {
+    it('keeps the deadline the first claim stored, whatever later claims ask for', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      expect(a.window).toEqual({ deadline: DEADLINE, runsWithoutProgress: 0 });
+      await claims.release(a, { kind: 'yield', runsWithoutProgress: 0 }, T0 + 1_000);
+      const b = await claims.claim(slot, lease('b', { deadline: DEADLINE + 3_600_000 }), T0 + 2_000);
+      expect(b).toMatchObject({ kind: 'claimed', claim: { epoch: 2, window: { deadline: DEADLINE } } });
+      expect(await claims.read(slot)).toMatchObject({ deadline: DEADLINE });
+    });
+
+    it("hands the next run the checkpoint and the runs without progress, and rejects a stale holder's checkpoint", async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      const checkpoint = { positions: { customers: 'c000120' }, walked: false };
+      expect(await claims.checkpoint(a, checkpoint, runSummary(1, 120))).toEqual({ kind: 'ok' });
+      expect(await claims.read(slot)).toMatchObject({ checkpoint, progress: { done: 120, epoch: 1 } });
+      const moved = { positions: { customers: 'c000300' }, walked: false };
+      await claims.release(a, { kind: 'yield', checkpoint: moved, runsWithoutProgress: 2 }, T0 + 1_000);
+      const b = await claimOrFail(claims, slot, 'b', T0 + 2_000);
+      expect(b.window).toEqual({ deadline: DEADLINE, checkpoint: moved, runsWithoutProgress: 2 });
+      // The new holder's progress starts from nothing; the old holder can no longer write.
+      expect((await claims.read(slot))?.progress).toBeUndefined();
+      expect(await claims.checkpoint(a, checkpoint, runSummary(1, 130))).toMatchObject({
+        kind: 'fenced',
+        epoch: 2,
+      });
+      expect((await claims.read(slot))?.checkpoint).toEqual(moved);
+    });
+
+    it('keeps a window waiting for a retry unclaimable until its time, then hands it on', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      const resumeAfter = T0 + 120_000;
+      await claims.release(a, { kind: 'yield', runsWithoutProgress: 0, resumeAfter }, T0 + 1_000);
+      expect(await claims.read(slot)).toMatchObject({ state: 'RELEASED', resumeAfter });
+      expect(await claims.claim(slot, lease('early'), T0 + 60_000)).toEqual({
+        kind: 'waiting',
+        until: resumeAfter,
+      });
+      const b = await claims.claim(slot, lease('b'), resumeAfter);
+      expect(b).toMatchObject({ kind: 'claimed', claim: { epoch: 2, via: 'retry' } });
+      expect((await claims.read(slot))?.resumeAfter).toBeUndefined();
+    });
+
+    it('ends a window STUCK for good: later fires stand down and are told why', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      expect(
+        await claims.release(
+          a,
+          { kind: 'stuck', reason: 'no progress in 3 runs', runsWithoutProgress: 3 },
+          T0 + 1,
+        ),
+      ).toEqual({ kind: 'ok' });
+      expect(await claims.claim(slot, lease('b'), T0 + 10 * LEASE)).toEqual({
+        kind: 'stuck',
+        epoch: 1,
+        reason: 'no progress in 3 runs',
+      });
+      expect(await claims.read(slot)).toMatchObject({ state: 'STUCK', runsWithoutProgress: 3 });
+    });
+
+    it('finishes a window with permanent failures as PARTIAL, not DONE', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      const partial = { ...summary(1), failed: 2, failedKeys: ['f1', 'f2'] };
+      expect(await claims.complete(a, partial, T0 + 5_000)).toEqual({ kind: 'ok' });
+      expect(await claims.claim(slot, lease('b'), T0 + 10 * LEASE)).toEqual({
+        kind: 'done',
+        state: 'PARTIAL',
+        completedAt: T0 + 5_000,
+        summary: partial,
+      });
+      expect(await claims.read(slot)).toMatchObject({ state: 'PARTIAL' });
+    });
+  });
+
+  describe(`${name}: refused effects`, () => {
+    it('retries a refused effect only once its retry time has passed, counting attempts', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 });
+      await ledger.recordFailure(a, 'k1', { attempts: 1, retryAt: T0 + 60_000, reason: 'throttled' });
+      expect(await ledger.read(slot, 'k1')).toMatchObject({
+        state: 'FAILED',
+        attempts: 1,
+        retryAt: T0 + 60_000,
+        reason: 'throttled',
+      });
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false, now: T0 + 30_000 })).toEqual({
+        kind: 'retry-later',
+        retryAt: T0 + 60_000,
+        attempts: 1,
+      });
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false, now: T0 + 60_000 })).toEqual({
+        kind: 'reserved',
+        rerun: false,
+        attempt: 2,
+      });
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 2, attempts: 1 });
+      // Its own retried request meets its own reservation: still the same attempt.
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false, now: T0 + 60_000 })).toEqual({
+        kind: 'reserved',
+        rerun: false,
+        attempt: 2,
+      });
+      await ledger.recordFailure(b, 'k1', { attempts: 2, reason: 'rejected' });
+      const c = await claimOrFail(claims, slot, 'c', T0 + 3 * LEASE);
+      expect(await ledger.reserve(c, 'k1', { rerunInDoubt: true, now: T0 + 10 * LEASE })).toEqual({
+        kind: 'failed',
+        attempts: 2,
+      });
+    });
+
+    it('lets exactly one of 30 concurrent retries of a due refusal through, across two epochs', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 });
+      await ledger.recordFailure(a, 'k1', { attempts: 1, retryAt: T0 + 1_000, reason: 'throttled' });
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      const outcomes = await Promise.all(
+        Array.from({ length: 30 }, (_, i) =>
+          ledger.reserve(i % 2 ? a : b, 'k1', { rerunInDoubt: false, now: T0 + LEASE + 2 }),
+        ),
+      );
+      const record = await ledger.read(slot, 'k1');
+      expect(record?.state).toBe('RESERVED');
+      const winner = record?.owner === 'a' ? 1 : 0;
+      expect(outcomes.filter((o, i) => i % 2 === winner && o.kind === 'reserved')).toHaveLength(15);
+      expect(outcomes.filter((o, i) => i % 2 !== winner && o.kind === 'reserved')).toHaveLength(0);
+    });
+
+    it('fences an earlier epoch that meets a refusal a later epoch recorded', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      await ledger.reserve(b, 'k1', { rerunInDoubt: false, now: T0 });
+      await ledger.recordFailure(b, 'k1', { attempts: 1, retryAt: T0, reason: 'throttled' });
+      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 + LEASE + 2 })).toEqual({
+        kind: 'fenced',
+        epoch: 2,
+      });
+    });
+
+    it('records a refusal only on its own reservation', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 });
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      await ledger.reserve(b, 'k1', { rerunInDoubt: true, now: T0 + LEASE + 1 });
+      await ledger.recordFailure(a, 'k1', { attempts: 1, reason: 'throttled' });
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 2, owner: 'b' });
+      await ledger.markDone(b, ['k1']);
+      await ledger.recordFailure(b, 'k1', { attempts: 1, reason: 'throttled' });
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'DONE', epoch: 2 });
     });
   });
 }

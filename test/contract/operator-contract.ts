@@ -26,6 +26,7 @@ function lease(owner: string, maxAttempts = 3): LeaseRequest {
     leaseMs: LEASE,
     maxAttempts,
     expiresAtSeconds: Math.ceil(T0 / 1000) + 35 * 86_400,
+    deadline: T0 + 6 * 3_600_000,
     delivery: { executionId: `exec-${owner}`, attemptNumber: 1, invocationId: `req-${owner}` },
   };
 }
@@ -37,13 +38,13 @@ async function claim(store: ClaimStore, slot: Slot, owner: string, now: number):
   return outcome.claim;
 }
 
-const summary = (epoch: number, inDoubt = 0) => ({
+const summary = (runs: number, inDoubt = 0) => ({
   done: 1,
-  skipped: 0,
   inDoubt,
   failed: 0,
   inDoubtKeys: [],
-  epoch,
+  failedKeys: [],
+  runs,
 });
 
 /**
@@ -155,7 +156,7 @@ export function describeOperatorContract(
       const { claims, ledger, operator } = await makeBackend();
       const slot = freshSlot();
       const first = await claim(claims, slot, 'a', T0);
-      await ledger.reserve(first, 'aa01', { rerunInDoubt: false });
+      await ledger.reserve(first, 'aa01', { rerunInDoubt: false, now: T0 });
       await ledger.markDone(first, ['aa01']);
       await claims.complete(first, summary(1), T0 + 1);
       const outcome = await operator.reopen(slot, { expectedEpoch: 1, now: T0 + 2 });
@@ -163,7 +164,9 @@ export function describeOperatorContract(
       expect(outcome.kind === 'ok' && outcome.record.completedAt).toBeUndefined();
       const second = await claim(claims, slot, 'b', T0 + 3);
       expect(second.epoch).toBe(2);
-      expect(await ledger.reserve(second, 'aa01', { rerunInDoubt: false })).toEqual({ kind: 'done' });
+      expect(await ledger.reserve(second, 'aa01', { rerunInDoubt: false, now: T0 })).toEqual({
+        kind: 'done',
+      });
     });
 
     it('refuses to reopen a slot that is running or was reopened and claimed since', async () => {
@@ -186,9 +189,9 @@ export function describeOperatorContract(
     async function doneWithOneInDoubt(backend: OperatorContractBackend, key: string) {
       const slot = freshSlot();
       const crashed = await claim(backend.claims, slot, 'crashed', T0);
-      await backend.ledger.reserve(crashed, key, { rerunInDoubt: false });
+      await backend.ledger.reserve(crashed, key, { rerunInDoubt: false, now: T0 });
       const takeover = await claim(backend.claims, slot, 'takeover', T0 + LEASE + 1);
-      expect(await backend.ledger.reserve(takeover, key, { rerunInDoubt: false })).toEqual({
+      expect(await backend.ledger.reserve(takeover, key, { rerunInDoubt: false, now: T0 })).toEqual({
         kind: 'in-doubt',
         epoch: 1,
       });
@@ -218,9 +221,10 @@ export function describeOperatorContract(
       expect(await backend.ledger.read(slot, 'cc01')).toBeUndefined();
       const rerun = await claim(backend.claims, slot, 'rerun', now + 1);
       expect(rerun.epoch).toBe(3);
-      expect(await backend.ledger.reserve(rerun, 'cc01', { rerunInDoubt: false })).toEqual({
+      expect(await backend.ledger.reserve(rerun, 'cc01', { rerunInDoubt: false, now: T0 })).toEqual({
         kind: 'reserved',
         rerun: false,
+        attempt: 1,
       });
     });
 
@@ -236,7 +240,7 @@ export function describeOperatorContract(
       const backend = await makeBackend();
       const slot = freshSlot();
       const holder = await claim(backend.claims, slot, 'live', T0);
-      await backend.ledger.reserve(holder, 'ee01', { rerunInDoubt: false });
+      await backend.ledger.reserve(holder, 'ee01', { rerunInDoubt: false, now: T0 });
       const outcome = await backend.operator.resolveEffect(slot, 'ee01', 'done', {
         expectedEpoch: 1,
         now: T0 + 1,
@@ -249,7 +253,7 @@ export function describeOperatorContract(
       const backend = await makeBackend();
       const slot = freshSlot();
       const run = await claim(backend.claims, slot, 'a', T0);
-      await backend.ledger.reserve(run, 'ff01', { rerunInDoubt: false });
+      await backend.ledger.reserve(run, 'ff01', { rerunInDoubt: false, now: T0 });
       await backend.ledger.markDone(run, ['ff01']);
       await backend.claims.complete(run, summary(1), T0 + 1);
       const request = { expectedEpoch: 1, now: T0 + 2 };

@@ -67,7 +67,7 @@ describe('duplicate and repeated deliveries of one window', () => {
     expect(first).toMatchObject({ status: 'completed', epoch: 1, summary: { done: 30 } });
     expect(retry).toMatchObject({
       status: 'duplicate',
-      outcome: { kind: 'done', summary: { done: 30, epoch: 1 } },
+      outcome: { kind: 'done', state: 'DONE', summary: { done: 30, inDoubt: 0, failed: 0, runs: 1 } },
     });
     expect(sender.total).toBe(30);
     const record = await backend.claims.read({ jobId: 'weekly-report', window: WINDOW });
@@ -220,37 +220,111 @@ describe('a fan-out larger than one Lambda run', () => {
 });
 
 describe('effects that fail', () => {
-  it('releases an effect the sender says did not happen, and reports one that may have happened as in doubt', async () => {
+  it('retries an effect the provider refused once its backoff has passed, and never one that may have happened', async () => {
     const table = await dynamo.freshTable();
     const { EffectNotPerformedError } = await import('../../shared/errors.js');
-    let failing = true;
-    const refused = new Set(['customer-c000003@example.com']);
-    const timedOut = new Set(['customer-c000007@example.com']);
+    let throttled = true;
+    const refused = 'customer-c000003@example.com';
+    const timedOut = 'customer-c000007@example.com';
+    const attempts = new Map<string, number>();
     const sender = new CountingSender(async (m: EmailMessage) => {
-      if (failing && refused.has(m.to))
+      attempts.set(m.to, (attempts.get(m.to) ?? 0) + 1);
+      if (throttled && m.to === refused)
         throw new EffectNotPerformedError('throttled by the provider before sending');
-      if (failing && timedOut.has(m.to)) throw new Error('socket timeout after DATA');
+      if (m.to === timedOut) throw new Error('socket timeout after DATA');
     });
-    const clock = new ManualClock(Date.parse(WINDOW) + 500);
+    const start = Date.parse(WINDOW) + 500;
+    const clock = new ManualClock(start);
     const backend = testBackend(dynamo.client(), table);
+    const emf = new EmfRecorder();
     const { handler } = testHandler(
       weeklyReportJob({ customers: () => syntheticCustomers(10), sender }),
       backend,
       {
         clock,
+        emf,
       },
     );
+    const continuation = { ...schedulerEvent('weekly-report', WINDOW), continuation: true };
+
     const first = await handler(schedulerEvent('weekly-report', WINDOW));
-    expect(first).toMatchObject({ status: 'completed', summary: { done: 8, failed: 1, inDoubt: 1 } });
-    expect(sender.total).toBe(8);
-    failing = false;
-    // The refused one was released (no record: performable later); the timed-out one stays reserved.
-    const ledgerKeys: string[] = [];
-    for await (const r of backend.ledger.list({ jobId: 'weekly-report', window: WINDOW }))
-      ledgerKeys.push(r.state);
-    expect(ledgerKeys.filter((s) => s === 'DONE')).toHaveLength(8);
-    expect(ledgerKeys.filter((s) => s === 'RESERVED')).toHaveLength(1);
-    expect(ledgerKeys).toHaveLength(9);
+    expect(first).toMatchObject({
+      status: 'yielded',
+      reason: 'retry-wait',
+      resumeAfter: start + 60_000,
+      summary: { done: 8, retrying: 1, inDoubt: 1, failed: 0 },
+    });
+    expect(
+      await backend.ledger.read({ jobId: 'weekly-report', window: WINDOW }, backend.hashKey(refused)),
+    ).toMatchObject({
+      state: 'FAILED',
+      attempts: 1,
+      retryAt: start + 60_000,
+      reason: 'unspecified',
+    });
+    // Too early: the window is waiting for the retry, and a continuation now stands down quietly.
+    await clock.advance(30_000);
+    expect(await handler(continuation)).toMatchObject({
+      status: 'duplicate',
+      outcome: { kind: 'waiting', until: start + 60_000 },
+    });
+    throttled = false;
+    await clock.advance(30_000);
+    const second = await handler(continuation);
+    expect(second).toMatchObject({
+      status: 'completed',
+      state: 'DONE',
+      epoch: 2,
+      summary: { done: 1, skipped: 8, inDoubt: 1 },
+      window: { done: 9, inDoubt: 1, failed: 0, runs: 2 },
+    });
+    expect(attempts.get(refused)).toBe(2);
+    expect(attempts.get(timedOut)).toBe(1);
+    expect(sender.total).toBe(9);
+    expect(emf.sum('EffectRetried')).toBe(1);
+    expect(emf.sum('EffectFailed')).toBe(0);
+    expect(emf.sum('DuplicateClaim')).toBe(0);
+  });
+
+  it('fails an effect refused on all five attempts for good, and ends the window PARTIAL, paged', async () => {
+    const table = await dynamo.freshTable();
+    const { EffectNotPerformedError } = await import('../../shared/errors.js');
+    const refused = 'customer-c000002@example.com';
+    const sender = new CountingSender(async (m: EmailMessage) => {
+      if (m.to === refused) throw new EffectNotPerformedError('rejected', { reason: 'rejected' });
+    });
+    const start = Date.parse(WINDOW) + 500;
+    const clock = new ManualClock(start);
+    const backend = testBackend(dynamo.client(), table);
+    const emf = new EmfRecorder();
+    const { handler } = testHandler(
+      weeklyReportJob({ customers: () => syntheticCustomers(4), sender }),
+      backend,
+      {
+        clock,
+        emf,
+      },
+    );
+    const results = [await handler(schedulerEvent('weekly-report', WINDOW))];
+    // Each continuation comes when the last run asked: 1, 4, 16 and 64 minutes later.
+    while (results.at(-1)?.status === 'yielded') {
+      const last = results.at(-1) as { resumeAfter: number };
+      await clock.advance(last.resumeAfter - clock.now());
+      results.push(await handler({ ...schedulerEvent('weekly-report', WINDOW), continuation: true }));
+    }
+    expect(results.map((r) => r.status)).toEqual(['yielded', 'yielded', 'yielded', 'yielded', 'completed']);
+    expect(clock.now() - start).toBe((1 + 4 + 16 + 64) * 60_000);
+    expect(results.at(-1)).toMatchObject({
+      status: 'completed',
+      state: 'PARTIAL',
+      window: { done: 3, inDoubt: 0, failed: 1, failedKeys: [backend.hashKey(refused)], runs: 5 },
+    });
+    expect(sender.perRecipient.get(refused)).toBeUndefined();
+    expect(await backend.claims.read({ jobId: 'weekly-report', window: WINDOW })).toMatchObject({
+      state: 'PARTIAL',
+    });
+    expect(emf.sum('EffectRetried')).toBe(4);
+    expect(emf.sum('EffectFailed')).toBe(1);
   });
 
   it('releases the slot when the job throws, and marks it FAILED after maxAttempts', async () => {
@@ -270,7 +344,9 @@ describe('effects that fail', () => {
       { clock, run: { maxAttempts: 2 } },
     );
     await expect(handler(schedulerEvent('weekly-report', WINDOW))).rejects.toThrow(/released for a retry/);
-    await expect(handler(schedulerEvent('weekly-report', WINDOW, 2))).rejects.toThrow(/released for a retry/);
+    await expect(handler(schedulerEvent('weekly-report', WINDOW, 2))).rejects.toThrow(
+      /last allowed attempt, so the slot is FAILED/,
+    );
     const third = await handler(schedulerEvent('weekly-report', WINDOW, 3));
     expect(third).toMatchObject({ status: 'duplicate', outcome: { kind: 'failed', attempts: 2 } });
     expect(runs).toBe(2);

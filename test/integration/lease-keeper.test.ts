@@ -14,7 +14,14 @@ async function claimed(clock: ManualClock, table: string) {
   const backend = testBackend(dynamo.client(), table);
   const outcome = await backend.claims.claim(
     slot,
-    { owner: 'a', leaseMs: LEASE, maxAttempts: 3, expiresAtSeconds: 2_000_000_000, delivery: {} },
+    {
+      owner: 'a',
+      leaseMs: LEASE,
+      maxAttempts: 3,
+      expiresAtSeconds: 2_000_000_000,
+      deadline: 2_000_000_000_000,
+      delivery: {},
+    },
     clock.now(),
   );
   if (outcome.kind !== 'claimed') throw new Error(`claim failed: ${outcome.kind}`);
@@ -26,6 +33,7 @@ function tracked(store: ClaimStore) {
   const inflight: Promise<unknown>[] = [];
   const wrapped: ClaimStore = {
     claim: (...args) => store.claim(...args),
+    checkpoint: (...args) => store.checkpoint(...args),
     renew: (...args) => {
       const renewal = store.renew(...args);
       inflight.push(renewal.catch(() => {}));
@@ -66,7 +74,14 @@ describe('the lease keeper', () => {
     expect(keeper.signal.aborted).toBe(false);
     const rival = await backend.claims.claim(
       slot,
-      { owner: 'b', leaseMs: LEASE, maxAttempts: 3, expiresAtSeconds: 2_000_000_000, delivery: {} },
+      {
+        owner: 'b',
+        leaseMs: LEASE,
+        maxAttempts: 3,
+        expiresAtSeconds: 2_000_000_000,
+        deadline: 2_000_000_000_000,
+        delivery: {},
+      },
       clock.now(),
     );
     expect(rival).toMatchObject({ kind: 'held', holder: 'a', epoch: 1 });

@@ -84,6 +84,7 @@ async function windowWithTwoInDoubt(time: string) {
       leaseMs: 60_000,
       maxAttempts: 3,
       expiresAtSeconds: at(time) / 1000 + 35 * 86_400,
+      deadline: at(time) + 3_600_000,
       delivery: {},
     },
     clock.now(),
@@ -93,8 +94,14 @@ async function windowWithTwoInDoubt(time: string) {
   for await (const invoice of syntheticDueInvoices(new Date(at(time)), INVOICES))
     invoices.push(invoice.invoiceId);
   const hashes = invoices.map((id) => w.backend.backend.hashKey(id));
-  await w.backend.backend.ledger.reserve(crashed.claim, hashes[0]!, { rerunInDoubt: false });
-  await w.backend.backend.ledger.reserve(crashed.claim, hashes[1]!, { rerunInDoubt: false });
+  await w.backend.backend.ledger.reserve(crashed.claim, hashes[0]!, {
+    rerunInDoubt: false,
+    now: clock.now(),
+  });
+  await w.backend.backend.ledger.reserve(crashed.claim, hashes[1]!, {
+    rerunInDoubt: false,
+    now: clock.now(),
+  });
   await clock.advance(61_000);
   const report = await w.runner.fire(job, new Date(at(time)));
   expect(report).toMatchObject({ state: 'DONE', epoch: 2, inDoubt: 2, delivered: 1 });
@@ -257,6 +264,7 @@ describe('slotguard slots release', () => {
         leaseMs: 60_000,
         maxAttempts: 3,
         expiresAtSeconds: at('06:45') / 1000 + 35 * 86_400,
+        deadline: at('06:45') + 3_600_000,
         delivery: {},
       },
       clock.now(),

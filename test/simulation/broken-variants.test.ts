@@ -35,6 +35,7 @@ function claimsWith(backend: MemoryBackend, override: Partial<ClaimStore>): Clai
   return {
     claim: (...args) => claims.claim(...args),
     renew: (...args) => claims.renew(...args),
+    checkpoint: (...args) => claims.checkpoint(...args),
     complete: (...args) => claims.complete(...args),
     release: (...args) => claims.release(...args),
     read: (...args) => claims.read(...args),
@@ -48,6 +49,7 @@ function ledgerWith(backend: MemoryBackend, override: Partial<EffectLedger>): Ef
   return {
     reserve: (...args) => ledger.reserve(...args),
     markDone: (...args) => ledger.markDone(...args),
+    recordFailure: (...args) => ledger.recordFailure(...args),
     unreserve: (...args) => ledger.unreserve(...args),
     read: (...args) => ledger.read(...args),
     list: (...args) => ledger.list(...args),
@@ -88,7 +90,8 @@ describe('the simulation catches a broken protocol', () => {
       backend: (backend) =>
         backendWith(backend, {
           ledger: {
-            reserve: (claim, keyHash) => backend.ledger.reserve(claim, keyHash, { rerunInDoubt: true }),
+            reserve: (claim, keyHash, options) =>
+              backend.ledger.reserve(claim, keyHash, { ...options, rerunInDoubt: true }),
           },
         }),
     });
@@ -174,7 +177,8 @@ describe('a counterexample', () => {
       backend: (backend) =>
         backendWith(backend, {
           ledger: {
-            reserve: (claim, keyHash) => backend.ledger.reserve(claim, keyHash, { rerunInDoubt: true }),
+            reserve: (claim, keyHash, options) =>
+              backend.ledger.reserve(claim, keyHash, { ...options, rerunInDoubt: true }),
           },
         }),
     };

@@ -15,7 +15,14 @@ import { DynamoClaimStore } from '../../shared/backends/dynamodb/dynamodb-claim-
  */
 const slot = { jobId: 'weekly-report', window: '2026-11-30T06:00:00Z' };
 const T0 = Date.parse('2026-11-30T06:00:05Z');
-const lease = { owner: 'b', leaseMs: 60_000, maxAttempts: 3, expiresAtSeconds: 2_000_000_000, delivery: {} };
+const lease = {
+  owner: 'b',
+  leaseMs: 60_000,
+  maxAttempts: 3,
+  expiresAtSeconds: 2_000_000_000,
+  deadline: 2_000_000_000_000,
+  delivery: {},
+};
 const heldItem = {
   pk: { S: 'weekly-report#2026-11-30T06:00:00Z' },
   sk: { S: 'slot' },

@@ -11,8 +11,10 @@ import {
   claimUntilAnswered,
   fencedBy,
   isOwnGrant,
+  progressOf,
 } from '../../slot/conflict-outcomes.js';
 import type {
+  Checkpoint,
   Claim,
   ClaimOutcome,
   ClaimStore,
@@ -22,9 +24,10 @@ import type {
   RenewOutcome,
   RunSummary,
   SlotRecord,
+  WindowSummary,
 } from '../../slot/ports.js';
 import { SlotState } from '../../slot/ports.js';
-import type { Slot } from '../../slot/slot.js';
+import { canonicalSlot, type Slot } from '../../slot/slot.js';
 import { conflictItem, num, str } from './attribute-values.js';
 import { slotPartitionKey, TableLayout } from './table-layout.js';
 
@@ -62,6 +65,16 @@ export const SlotAttribute = {
   jobId: 'jobId',
   window: 'window',
   maxAttempts: 'maxAttempts',
+  /** When the window must be finished (epoch ms): set by the first claim, kept by later ones. */
+  deadline: 'deadline',
+  /** The checkpoint the next run resumes from (JSON). */
+  checkpoint: 'checkpoint',
+  /** The holder's counts at its last checkpoint (JSON); removed by each claim. */
+  progress: 'progress',
+  /** Consecutive runs that ended with work left and nothing achieved. */
+  noProgress: 'noProgress',
+  /** A released window waiting for failed effects' backoff is not claimable before this (epoch ms). */
+  resumeAfter: 'resumeAfter',
   expiresAt: TableLayout.ttlAttribute,
 } as const;
 const A = SlotAttribute;
@@ -94,8 +107,9 @@ export class DynamoClaimStore implements ClaimStore {
    * grant with no read first. A write that committed but whose response was lost is retried by the
    * SDK, fails the condition, and is recognised below as ours by its owner token.
    */
-  claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
-    return claimUntilAnswered(() => this.#claimOnce(slot, lease, now), now);
+  async claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
+    const canonical = canonicalSlot(slot);
+    return claimUntilAnswered(() => this.#claimOnce(canonical, lease, now), now);
   }
 
   async #claimOnce(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome | 'claimable'> {
@@ -116,10 +130,12 @@ export class DynamoClaimStore implements ClaimStore {
       ':invocationId': str(lease.delivery.invocationId ?? ''),
       ':maxAttempts': num(lease.maxAttempts),
       ':backfilled': { BOOL: lease.delivery.backfilled === true },
+      ':deadline': num(lease.deadline),
     };
     const isNew = 'attribute_not_exists(#state)';
     const isExpiredLease = '(#state = :running AND #leaseUntil < :now)';
-    const isReleased = '#state = :released';
+    const isReleased =
+      '(#state = :released AND (attribute_not_exists(#resumeAfter) OR #resumeAfter <= :now))';
     try {
       const result = await this.#client.send(
         new UpdateItemCommand({
@@ -131,7 +147,8 @@ export class DynamoClaimStore implements ClaimStore {
             '#failures = if_not_exists(#failures, :zero), #claimedAt = :now, #expiresAt = :expiresAt, ' +
             '#jobId = :jobId, #window = :window, #executionId = :executionId, ' +
             '#attemptNumber = :attemptNumber, #invocationId = :invocationId, #maxAttempts = :maxAttempts, ' +
-            '#backfilled = :backfilled',
+            '#backfilled = :backfilled, #deadline = if_not_exists(#deadline, :deadline), ' +
+            '#noProgress = if_not_exists(#noProgress, :zero) REMOVE #progress, #resumeAfter',
           ConditionExpression: `${isNew} OR ${isExpiredLease} OR ${isReleased}`,
           ExpressionAttributeNames: pick(NAMES, [
             A.state,
@@ -149,6 +166,10 @@ export class DynamoClaimStore implements ClaimStore {
             A.invocationId,
             A.maxAttempts,
             A.backfilled,
+            A.deadline,
+            A.noProgress,
+            A.progress,
+            A.resumeAfter,
           ]),
           ExpressionAttributeValues: values,
           ReturnValues: 'ALL_OLD',
@@ -162,7 +183,14 @@ export class DynamoClaimStore implements ClaimStore {
       const previousHolder = via === 'takeover' ? old?.[A.owner]?.S : undefined;
       return {
         kind: 'claimed',
-        claim: { slot, owner: lease.owner, epoch, leaseEndsAt: leaseUntil, via },
+        claim: {
+          slot,
+          owner: lease.owner,
+          epoch,
+          leaseEndsAt: leaseUntil,
+          via,
+          window: progressOf(old && previousState ? toRecord(slot, old) : undefined, lease.deadline),
+        },
         ...(previousHolder ? { previousHolder } : {}),
       };
     } catch (error) {
@@ -190,26 +218,29 @@ export class DynamoClaimStore implements ClaimStore {
     }
   }
 
-  async complete(claim: Claim, summary: RunSummary, now: number): Promise<FinishOutcome> {
+  async checkpoint(claim: Claim, checkpoint: Checkpoint, progress: RunSummary): Promise<FinishOutcome> {
     return this.#finish(
       claim,
-      SlotState.Done,
-      'SET #state = :done, #summary = :summary, #completedAt = :now REMOVE #leaseUntil',
-      { ':done': str(SlotState.Done), ':summary': str(JSON.stringify(summary)), ':now': num(now) },
+      SlotState.Running,
+      'SET #checkpoint = :checkpoint, #progress = :progress',
+      { ':checkpoint': str(JSON.stringify(checkpoint)), ':progress': str(JSON.stringify(progress)) },
+      [A.checkpoint, A.progress],
+    );
+  }
+
+  async complete(claim: Claim, summary: WindowSummary, now: number): Promise<FinishOutcome> {
+    const state = summary.failed > 0 ? SlotState.Partial : SlotState.Done;
+    return this.#finish(
+      claim,
+      state,
+      'SET #state = :finished, #summary = :summary, #completedAt = :now REMOVE #leaseUntil',
+      { ':finished': str(state), ':summary': str(JSON.stringify(summary)), ':now': num(now) },
       [A.state, A.summary, A.completedAt, A.leaseUntil],
     );
   }
 
   async release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome> {
-    if (reason.kind === 'yield') {
-      return this.#finish(
-        claim,
-        SlotState.Released,
-        'SET #state = :released, #leaseUntil = :now',
-        { ':released': str(SlotState.Released), ':now': num(now) },
-        [A.state, A.leaseUntil],
-      );
-    }
+    if (reason.kind !== 'error') return this.#releaseForLater(claim, reason, now);
     // A failed run counts toward maxAttempts; the last allowed failure makes the slot FAILED so
     // further fires stand down instead of failing forever. `failures` is read from the claim's own
     // record: nobody else writes it while we hold the epoch.
@@ -231,7 +262,41 @@ export class DynamoClaimStore implements ClaimStore {
     );
   }
 
+  /** A yield (RELEASED, maybe waiting for a retry) or giving up (STUCK), with what the next run needs. */
+  #releaseForLater(
+    claim: Claim,
+    reason: Exclude<ReleaseReason, { kind: 'error' }>,
+    now: number,
+  ): Promise<FinishOutcome> {
+    const state = reason.kind === 'stuck' ? SlotState.Stuck : SlotState.Released;
+    const sets = ['#state = :next', '#leaseUntil = :now', '#noProgress = :noProgress'];
+    const names: string[] = [A.state, A.leaseUntil, A.noProgress, A.resumeAfter];
+    const values: Record<string, AttributeValue> = {
+      ':next': str(state),
+      ':now': num(now),
+      ':noProgress': num(reason.runsWithoutProgress),
+    };
+    if (reason.checkpoint) {
+      sets.push('#checkpoint = :checkpoint');
+      names.push(A.checkpoint);
+      values[':checkpoint'] = str(JSON.stringify(reason.checkpoint));
+    }
+    const resumeAfter = reason.kind === 'yield' ? reason.resumeAfter : undefined;
+    if (resumeAfter !== undefined) {
+      sets.push('#resumeAfter = :resumeAfter');
+      values[':resumeAfter'] = num(resumeAfter);
+    }
+    if (reason.kind === 'stuck') {
+      sets.push('#lastError = :lastError');
+      names.push(A.lastError);
+      values[':lastError'] = str(reason.reason.slice(0, 1000));
+    }
+    const remove = resumeAfter === undefined ? ' REMOVE #resumeAfter' : '';
+    return this.#finish(claim, state, `SET ${sets.join(', ')}${remove}`, values, names);
+  }
+
   async read(slot: Slot): Promise<(SlotRecord & { maxAttempts?: number }) | undefined> {
+    slot = canonicalSlot(slot);
     try {
       const result = await this.#client.send(
         new GetItemCommand({ TableName: this.#table, Key: this.#key(slot), ConsistentRead: true }),
@@ -254,7 +319,7 @@ export class DynamoClaimStore implements ClaimStore {
       return { kind: 'ok' };
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException))
-        throw storeError(target === SlotState.Done ? 'complete' : 'release', claim.slot, error);
+        throw storeError(finishOperation(target), claim.slot, error);
       const current = await this.#current(claim.slot, error);
       if (current && isOwnGrant(current, claim) && current.state === target) return { kind: 'ok' };
       return { kind: 'fenced', ...fencedBy(current) };
@@ -297,6 +362,7 @@ export class DynamoClaimStore implements ClaimStore {
   }
 
   #key(slot: Slot): Record<string, AttributeValue> {
+    slot = canonicalSlot(slot);
     return {
       [TableLayout.partitionKey]: str(slotPartitionKey(slot.jobId, slot.window)),
       [TableLayout.sortKey]: str(TableLayout.slotSortKey),
@@ -308,6 +374,8 @@ function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord 
   const summary = item[A.summary]?.S;
   const lastError = item[A.lastError]?.S;
   const completedAt = item[A.completedAt]?.N;
+  const checkpoint = item[A.checkpoint]?.S;
+  const progress = item[A.progress]?.S;
   return {
     slot,
     state: (item[A.state]?.S ?? SlotState.Released) as SlotState,
@@ -323,7 +391,12 @@ function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord 
       ...(item[A.backfilled]?.BOOL ? { backfilled: true } : {}),
     },
     expiresAtSeconds: num$(item, A.expiresAt),
-    ...(summary ? { summary: JSON.parse(summary) as RunSummary } : {}),
+    runsWithoutProgress: num$(item, A.noProgress),
+    ...(item[A.deadline]?.N ? { deadline: num$(item, A.deadline) } : {}),
+    ...(checkpoint ? { checkpoint: JSON.parse(checkpoint) as Checkpoint } : {}),
+    ...(progress ? { progress: JSON.parse(progress) as RunSummary } : {}),
+    ...(item[A.resumeAfter]?.N ? { resumeAfter: num$(item, A.resumeAfter) } : {}),
+    ...(summary ? { summary: JSON.parse(summary) as WindowSummary } : {}),
     ...(lastError ? { lastError } : {}),
     ...(completedAt ? { completedAt: Number(completedAt) } : {}),
     ...(item[A.maxAttempts]?.N ? { maxAttempts: Number(item[A.maxAttempts]?.N) } : {}),
@@ -349,6 +422,8 @@ function storeError(operation: string, slot: Slot, cause: unknown): StoreError {
   );
 }
 
-function _assertNever(value: never): never {
-  throw new StoreError('decode', `unexpected slot state ${String(value)}`);
+/** The operation a finishing write is reported as in a StoreError. */
+function finishOperation(target: SlotState): string {
+  if (target === SlotState.Running) return 'checkpoint';
+  return target === SlotState.Done || target === SlotState.Partial ? 'complete' : 'release';
 }

@@ -10,9 +10,17 @@ import {
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '../../errors.js';
-import type { Claim, EffectLedger, EffectRecord, ReserveOutcome } from '../../slot/ports.js';
+import { reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import type {
+  Claim,
+  EffectFailure,
+  EffectLedger,
+  EffectRecord,
+  ReserveOptions,
+  ReserveOutcome,
+} from '../../slot/ports.js';
 import { EffectState } from '../../slot/ports.js';
-import type { Slot } from '../../slot/slot.js';
+import { canonicalClaim, canonicalSlot, type Slot } from '../../slot/slot.js';
 import { conflictItem, num, str } from './attribute-values.js';
 import { EFFECT_SHARDS, effectPartitionKey, effectShardPartitionKey, TableLayout } from './table-layout.js';
 
@@ -52,24 +60,56 @@ export class DynamoEffectLedger implements EffectLedger {
     this.#returnOld = options.returnOldOnConflict ?? true;
   }
 
-  async reserve(claim: Claim, keyHash: string, options: { rerunInDoubt: boolean }): Promise<ReserveOutcome> {
-    try {
-      await this.#put(claim, keyHash, EffectState.Reserved, 'attribute_not_exists(#state)', {});
-      return { kind: 'reserved', rerun: false };
-    } catch (error) {
-      if (!(error instanceof ConditionalCheckFailedException)) throw storeError('reserve', claim, error);
-      const item = conflictItem(error);
-      const current = item ? toRecord(keyHash, item) : await this.read(claim.slot, keyHash);
-      if (!current) return this.reserve(claim, keyHash, options); // unreserved in between: try again
-      if (current.state === EffectState.Done) return { kind: 'done' };
-      if (current.owner === claim.owner && current.epoch === claim.epoch) {
-        // Our own reservation committed and its response was lost; the SDK's retry met it.
-        return { kind: 'reserved', rerun: false };
+  /*
+   * Timeline of a reservation:
+   *   PutItem if absent                                  → reserved (attempt 1)
+   *   met DONE                                           → done: skip
+   *   met RESERVED by our own (owner, epoch)             → ours: a lost reply the SDK retried
+   *   met RESERVED or FAILED by a later epoch            → fenced
+   *   met RESERVED by an earlier epoch                   → in doubt (or taken over by policy)
+   *   met FAILED, retryAt passed                         → PutItem if that exact refusal is still there → reserved (attempt n + 1)
+   *   met FAILED, retryAt ahead / none                   → retry-later / failed
+   */
+  async reserve(claim: Claim, keyHash: string, options: ReserveOptions): Promise<ReserveOutcome> {
+    claim = canonicalClaim(claim);
+    let condition = 'attribute_not_exists(#state)';
+    let values: Record<string, AttributeValue> = {};
+    let attempts = 0;
+    // Each round either writes or meets a record someone changed since the last read; a key that
+    // keeps changing under us gives up after a few rounds, as the store failing would.
+    for (let round = 1; round <= 5; round++) {
+      try {
+        await this.#put(claim, keyHash, EffectState.Reserved, condition, values, attempts);
+        return { kind: 'reserved', rerun: false, attempt: attempts + 1 };
+      } catch (error) {
+        if (!(error instanceof ConditionalCheckFailedException)) throw storeError('reserve', claim, error);
+        const item = conflictItem(error);
+        const current = item ? toRecord(keyHash, item) : await this.read(claim.slot, keyHash);
+        if (!current) {
+          // Unreserved in between: try the plain reservation again.
+          condition = 'attribute_not_exists(#state)';
+          values = {};
+          attempts = 0;
+          continue;
+        }
+        const outcome = reserveOutcomeOfConflict(current, claim, options);
+        if (outcome.kind === 'take-over') return this.#takeOver(claim, keyHash, outcome.current);
+        if (outcome.kind !== 'retry') return outcome;
+        condition =
+          '#state = :failed AND #epoch = :staleEpoch AND #owner = :staleOwner AND #attempts = :attempts';
+        values = {
+          ':failed': str(EffectState.Failed),
+          ':staleEpoch': num(current.epoch),
+          ':staleOwner': str(current.owner),
+          ':attempts': num(current.attempts),
+        };
+        attempts = current.attempts;
       }
-      if (current.epoch > claim.epoch) return { kind: 'fenced', epoch: current.epoch };
-      if (!options.rerunInDoubt) return { kind: 'in-doubt', epoch: current.epoch };
-      return this.#takeOver(claim, keyHash, current);
     }
+    throw new StoreError(
+      'reserve',
+      `an effect of ${describeSlot(claim)} changed under five reservations in a row; the run stops and a later run retries it`,
+    );
   }
 
   /**
@@ -77,6 +117,7 @@ export class DynamoEffectLedger implements EffectLedger {
    * the truth whoever writes it once the effect has happened. 25 marks cost one request.
    */
   async markDone(claim: Claim, keyHashes: readonly string[]): Promise<void> {
+    claim = canonicalClaim(claim);
     for (let start = 0; start < keyHashes.length; start += BATCH_LIMIT) {
       let requests: WriteRequest[] = keyHashes.slice(start, start + BATCH_LIMIT).map((keyHash) => ({
         PutRequest: { Item: this.#item(claim, keyHash, EffectState.Done) },
@@ -102,7 +143,39 @@ export class DynamoEffectLedger implements EffectLedger {
     }
   }
 
+  /*
+   * Timeline of a refusal: PutItem FAILED (attempts, retryAt) if the reservation is still ours. A
+   * failed condition is our own write whose reply was lost, or a reservation a takeover made its
+   * own: nothing left for this claim to record either way.
+   */
+  async recordFailure(claim: Claim, keyHash: string, failure: EffectFailure): Promise<void> {
+    claim = canonicalClaim(claim);
+    try {
+      await this.#client.send(
+        new PutItemCommand({
+          TableName: this.#table,
+          Item: {
+            ...this.#item(claim, keyHash, EffectState.Failed, failure.attempts),
+            reason: str(failure.reason),
+            ...(failure.retryAt !== undefined ? { retryAt: num(failure.retryAt) } : {}),
+          },
+          ConditionExpression: '#owner = :me AND #epoch = :epoch AND #state = :reserved',
+          ExpressionAttributeNames: { '#owner': 'owner', '#epoch': 'epoch', '#state': 'state' },
+          ExpressionAttributeValues: {
+            ':me': str(claim.owner),
+            ':epoch': num(claim.epoch),
+            ':reserved': str(EffectState.Reserved),
+          },
+        }),
+      );
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException) return;
+      throw storeError('recordFailure', claim, error);
+    }
+  }
+
   async unreserve(claim: Claim, keyHash: string): Promise<void> {
+    claim = canonicalClaim(claim);
     try {
       await this.#client.send(
         new DeleteItemCommand({
@@ -125,6 +198,7 @@ export class DynamoEffectLedger implements EffectLedger {
   }
 
   async read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
+    slot = canonicalSlot(slot);
     try {
       const result = await this.#client.send(
         new GetItemCommand({ TableName: this.#table, Key: this.#key(slot, keyHash), ConsistentRead: true }),
@@ -143,6 +217,7 @@ export class DynamoEffectLedger implements EffectLedger {
   }
 
   async *list(slot: Slot): AsyncIterable<EffectRecord> {
+    slot = canonicalSlot(slot);
     for (let shard = 0; shard < EFFECT_SHARDS; shard++) {
       const pk = effectShardPartitionKey(slot.jobId, slot.window, shard);
       let startKey: Record<string, AttributeValue> | undefined;
@@ -178,14 +253,15 @@ export class DynamoEffectLedger implements EffectLedger {
           ':staleEpoch': num(stale.epoch),
           ':staleOwner': str(stale.owner),
         },
+        stale.attempts,
       );
-      return { kind: 'reserved', rerun: true };
+      return { kind: 'reserved', rerun: true, attempt: stale.attempts + 1 };
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw storeError('reserve', claim, error);
       const current = await this.read(claim.slot, keyHash);
       if (current?.state === EffectState.Done) return { kind: 'done' };
       if (current && current.owner === claim.owner && current.epoch === claim.epoch) {
-        return { kind: 'reserved', rerun: true };
+        return { kind: 'reserved', rerun: true, attempt: current.attempts + 1 };
       }
       return { kind: 'in-doubt', epoch: current?.epoch ?? stale.epoch };
     }
@@ -197,14 +273,16 @@ export class DynamoEffectLedger implements EffectLedger {
     state: EffectState,
     condition: string,
     values: Record<string, AttributeValue>,
+    attempts = 0,
   ) {
     const names: Record<string, string> = { '#state': 'state' };
     if (condition.includes('#epoch')) names['#epoch'] = 'epoch';
     if (condition.includes('#owner')) names['#owner'] = 'owner';
+    if (condition.includes('#attempts')) names['#attempts'] = 'attempts';
     return this.#client.send(
       new PutItemCommand({
         TableName: this.#table,
-        Item: this.#item(claim, keyHash, state),
+        Item: this.#item(claim, keyHash, state, attempts),
         ConditionExpression: condition,
         ExpressionAttributeNames: names,
         ...(Object.keys(values).length > 0 ? { ExpressionAttributeValues: values } : {}),
@@ -213,13 +291,15 @@ export class DynamoEffectLedger implements EffectLedger {
     );
   }
 
-  #item(claim: Claim, keyHash: string, state: EffectState): Record<string, AttributeValue> {
+  /** An effect item; `attempts` (refusals so far) only when there were some, keeping plain items small. */
+  #item(claim: Claim, keyHash: string, state: EffectState, attempts = 0): Record<string, AttributeValue> {
     return {
       ...this.#key(claim.slot, keyHash),
       state: str(state),
       epoch: num(claim.epoch),
       owner: str(claim.owner),
       [TableLayout.ttlAttribute]: num(this.#expiresAt(claim.slot)),
+      ...(attempts > 0 ? { attempts: num(attempts) } : {}),
     };
   }
 
@@ -237,6 +317,9 @@ function toRecord(keyHash: string, item: Record<string, AttributeValue>): Effect
     state: (item.state?.S ?? EffectState.Reserved) as EffectState,
     epoch: Number(item.epoch?.N ?? 0),
     owner: item.owner?.S ?? '',
+    attempts: Number(item.attempts?.N ?? 0),
+    ...(item.retryAt?.N !== undefined ? { retryAt: Number(item.retryAt.N) } : {}),
+    ...(item.reason?.S !== undefined ? { reason: item.reason.S } : {}),
   };
 }
 

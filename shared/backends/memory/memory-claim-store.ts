@@ -4,8 +4,10 @@ import {
   claimUntilAnswered,
   fencedBy,
   isOwnGrant,
+  progressOf,
 } from '../../slot/conflict-outcomes.js';
 import type {
+  Checkpoint,
   Claim,
   ClaimOutcome,
   ClaimStore,
@@ -15,9 +17,10 @@ import type {
   RenewOutcome,
   RunSummary,
   SlotRecord,
+  WindowSummary,
 } from '../../slot/ports.js';
 import { SlotState } from '../../slot/ports.js';
-import type { Slot } from '../../slot/slot.js';
+import { canonicalSlot, type Slot } from '../../slot/slot.js';
 import type {
   Condition,
   ConditionalWrite,
@@ -72,14 +75,15 @@ export class MemoryClaimStore implements ClaimStore {
    * reply was lost is retried by the transport, fails its condition on our own write and is
    * recognised below by its owner token.
    */
-  claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
-    return claimUntilAnswered(() => this.#claimOnce(slot, lease, now), now);
+  async claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
+    const canonical = canonicalSlot(slot);
+    return claimUntilAnswered(() => this.#claimOnce(canonical, lease, now), now);
   }
 
   async #claimOnce(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome | 'claimable'> {
     const leaseUntil = now + lease.leaseMs;
     const result = await this.#write({ operation: 'claim', slot }, claimable(now), (old) => ({
-      ...old,
+      ...withoutRunFields(old),
       state: SlotState.Running,
       owner: lease.owner,
       epoch: (old?.epoch ?? 0) + 1,
@@ -95,6 +99,8 @@ export class MemoryClaimStore implements ClaimStore {
       invocationId: lease.delivery.invocationId ?? '',
       backfilled: lease.delivery.backfilled === true,
       maxAttempts: lease.maxAttempts,
+      deadline: old?.deadline ?? lease.deadline,
+      noProgress: old?.noProgress ?? 0,
     }));
     if (result.committed) {
       const old = result.old;
@@ -103,7 +109,14 @@ export class MemoryClaimStore implements ClaimStore {
       const previousHolder = via === 'takeover' ? old?.owner : undefined;
       return {
         kind: 'claimed',
-        claim: { slot, owner: lease.owner, epoch, leaseEndsAt: leaseUntil, via },
+        claim: {
+          slot,
+          owner: lease.owner,
+          epoch,
+          leaseEndsAt: leaseUntil,
+          via,
+          window: progressOf(old ? toRecord(slot, old) : undefined, lease.deadline),
+        },
         ...(previousHolder ? { previousHolder } : {}),
       };
     }
@@ -123,21 +136,37 @@ export class MemoryClaimStore implements ClaimStore {
     return { kind: 'lost', ...fencedBy(current) };
   }
 
-  async complete(claim: Claim, summary: RunSummary, now: number): Promise<FinishOutcome> {
+  async checkpoint(claim: Claim, checkpoint: Checkpoint, progress: RunSummary): Promise<FinishOutcome> {
+    const stored = { checkpoint: JSON.stringify(checkpoint), progress: JSON.stringify(progress) };
+    return this.#finish('checkpoint', claim, SlotState.Running, (item) => ({ ...item, ...stored }));
+  }
+
+  async complete(claim: Claim, summary: WindowSummary, now: number): Promise<FinishOutcome> {
     const stored = JSON.stringify(summary);
-    return this.#finish('complete', claim, SlotState.Done, (item) => {
+    const state = summary.failed > 0 ? SlotState.Partial : SlotState.Done;
+    return this.#finish('complete', claim, state, (item) => {
       const { leaseUntil: _removed, ...rest } = item;
-      return { ...rest, state: SlotState.Done, summary: stored, completedAt: now };
+      return { ...rest, state, summary: stored, completedAt: now };
     });
   }
 
   async release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome> {
-    if (reason.kind === 'yield') {
-      return this.#finish('release', claim, SlotState.Released, (item) => ({
-        ...item,
-        state: SlotState.Released,
-        leaseUntil: now,
-      }));
+    if (reason.kind !== 'error') {
+      const state = reason.kind === 'stuck' ? SlotState.Stuck : SlotState.Released;
+      return this.#finish('release', claim, state, (item) => {
+        const { resumeAfter: _removed, ...rest } = item;
+        return {
+          ...rest,
+          state,
+          leaseUntil: now,
+          noProgress: reason.runsWithoutProgress,
+          ...(reason.checkpoint ? { checkpoint: JSON.stringify(reason.checkpoint) } : {}),
+          ...(reason.kind === 'yield' && reason.resumeAfter !== undefined
+            ? { resumeAfter: reason.resumeAfter }
+            : {}),
+          ...(reason.kind === 'stuck' ? { lastError: reason.reason.slice(0, 1000) } : {}),
+        };
+      });
     }
     // A failed run counts toward maxAttempts; the last allowed failure makes the slot FAILED. As in
     // the DynamoDB adapter, `failures` is read from the claim's own record first: nobody else writes
@@ -157,6 +186,7 @@ export class MemoryClaimStore implements ClaimStore {
   }
 
   async read(slot: Slot): Promise<MemorySlotRecord | undefined> {
+    slot = canonicalSlot(slot);
     const item = await this.#send({ operation: 'read', slot }, () => this.#table.getSlot(slot));
     return item ? toRecord(slot, item) : undefined;
   }
@@ -181,7 +211,7 @@ export class MemoryClaimStore implements ClaimStore {
     write: (item: SlotItem) => SlotItem,
   ): Promise<WriteResult<SlotItem>> {
     const by = { owner: claim.owner, epoch: claim.epoch };
-    return this.#write({ operation, slot: claim.slot, by }, heldBy(claim), (item) =>
+    return this.#write({ operation, slot: canonicalSlot(claim.slot), by }, heldBy(claim), (item) =>
       // The condition guarantees the item exists; a write without it would be a broken condition.
       item ? write(item) : undefined,
     );
@@ -218,16 +248,27 @@ export class MemoryClaimStore implements ClaimStore {
   }
 }
 
-/** `attribute_not_exists(#state) OR (#state = :running AND #leaseUntil < :now) OR #state = :released` */
+/**
+ * `attribute_not_exists(#state) OR (#state = :running AND #leaseUntil < :now) OR
+ * (#state = :released AND (attribute_not_exists(#resumeAfter) OR #resumeAfter <= :now))`
+ */
 function claimable(now: number): Condition<SlotItem> {
   return {
     expression:
-      'attribute_not_exists(#state) OR (#state = :running AND #leaseUntil < :now) OR #state = :released',
+      'attribute_not_exists(#state) OR (#state = :running AND #leaseUntil < :now) OR ' +
+      '(#state = :released AND (attribute_not_exists(#resumeAfter) OR #resumeAfter <= :now))',
     holds: (item) =>
       !item ||
       (item.state === SlotState.Running && item.leaseUntil !== undefined && item.leaseUntil < now) ||
-      item.state === SlotState.Released,
+      (item.state === SlotState.Released && (item.resumeAfter === undefined || item.resumeAfter <= now)),
   };
+}
+
+/** What a new grant does not inherit from the run before it: its counts and its wait. */
+function withoutRunFields(item: SlotItem | undefined): Partial<SlotItem> {
+  if (!item) return {};
+  const { progress: _progress, resumeAfter: _resumeAfter, ...rest } = item;
+  return rest;
 }
 
 /** `#owner = :me AND #epoch = :epoch AND #state = :running` */
@@ -256,9 +297,14 @@ function toRecord(slot: Slot, item: SlotItem): MemorySlotRecord {
     },
     expiresAtSeconds: item.expiresAt,
     maxAttempts: item.maxAttempts,
-    ...(item.summary ? { summary: JSON.parse(item.summary) as RunSummary } : {}),
+    runsWithoutProgress: item.noProgress ?? 0,
+    ...(item.summary ? { summary: JSON.parse(item.summary) as WindowSummary } : {}),
     ...(item.lastError ? { lastError: item.lastError } : {}),
     ...(item.completedAt ? { completedAt: item.completedAt } : {}),
+    ...(item.deadline !== undefined ? { deadline: item.deadline } : {}),
+    ...(item.checkpoint ? { checkpoint: JSON.parse(item.checkpoint) as Checkpoint } : {}),
+    ...(item.progress ? { progress: JSON.parse(item.progress) as RunSummary } : {}),
+    ...(item.resumeAfter !== undefined ? { resumeAfter: item.resumeAfter } : {}),
   };
 }
 

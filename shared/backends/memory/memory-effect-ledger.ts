@@ -1,7 +1,15 @@
 import { StoreError } from '../../errors.js';
-import type { Claim, EffectLedger, EffectRecord, ReserveOutcome } from '../../slot/ports.js';
+import { reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import type {
+  Claim,
+  EffectFailure,
+  EffectLedger,
+  EffectRecord,
+  ReserveOptions,
+  ReserveOutcome,
+} from '../../slot/ports.js';
 import { EffectState } from '../../slot/ports.js';
-import type { Slot } from '../../slot/slot.js';
+import { canonicalClaim, canonicalSlot, type Slot } from '../../slot/slot.js';
 import type { Condition, EffectItem, MemoryTable, StoreOperation, WriteResult } from './memory-table.js';
 import type { MemoryRequest, MemoryTransport } from './memory-transport.js';
 
@@ -41,8 +49,8 @@ export class MemoryEffectLedger implements EffectLedger {
     this.#returnOld = options.returnOldOnConflict ?? true;
   }
 
-  async reserve(claim: Claim, keyHash: string, options: { rerunInDoubt: boolean }): Promise<ReserveOutcome> {
-    return this.#reserve(claim, keyHash, options, this.#table.version);
+  async reserve(claim: Claim, keyHash: string, options: ReserveOptions): Promise<ReserveOutcome> {
+    return this.#reserve(canonicalClaim(claim), keyHash, options, this.#table.version);
   }
 
   /**
@@ -52,21 +60,29 @@ export class MemoryEffectLedger implements EffectLedger {
   async #reserve(
     claim: Claim,
     keyHash: string,
-    options: { rerunInDoubt: boolean },
+    options: ReserveOptions,
     issuedAt: number,
   ): Promise<ReserveOutcome> {
-    const result = await this.#put(claim, keyHash, absent, issuedAt);
-    if (result.committed) return { kind: 'reserved', rerun: false };
-    const current = result.item ? toRecord(keyHash, result.item) : await this.read(claim.slot, keyHash);
-    if (!current) return this.#reserve(claim, keyHash, options, issuedAt); // unreserved in between: try again
-    if (current.state === EffectState.Done) return { kind: 'done' };
-    if (current.owner === claim.owner && current.epoch === claim.epoch) {
-      // Our own reservation committed and its reply was lost; the transport's retry met it.
-      return { kind: 'reserved', rerun: false };
+    let result = await this.#put(claim, keyHash, absent, 0, issuedAt);
+    // Each round either writes or meets a record someone changed since the last read; a key
+    // everyone keeps changing gives up after a few rounds, as a store error would.
+    for (let round = 1; ; round++) {
+      if (result.committed) return { kind: 'reserved', rerun: false, attempt: 1 };
+      const current = result.item ? toRecord(keyHash, result.item) : await this.read(claim.slot, keyHash);
+      if (!current) {
+        // Unreserved in between: try the plain reservation again.
+        result = await this.#put(claim, keyHash, absent, 0, issuedAt);
+      } else {
+        const outcome = reserveOutcomeOfConflict(current, claim, options);
+        if (outcome.kind === 'take-over') return this.#takeOver(claim, keyHash, outcome.current, issuedAt);
+        if (outcome.kind !== 'retry') return outcome;
+        result = await this.#put(claim, keyHash, failedAs(current), current.attempts, issuedAt);
+        if (result.committed) return { kind: 'reserved', rerun: false, attempt: current.attempts + 1 };
+      }
+      if (round === 5) {
+        throw storeError('reserve', claim.slot, claim.epoch, new Error('the record changed five times'));
+      }
     }
-    if (current.epoch > claim.epoch) return { kind: 'fenced', epoch: current.epoch };
-    if (!options.rerunInDoubt) return { kind: 'in-doubt', epoch: current.epoch };
-    return this.#takeOver(claim, keyHash, current, issuedAt);
   }
 
   /**
@@ -74,6 +90,7 @@ export class MemoryEffectLedger implements EffectLedger {
    * it, and DONE is the truth whoever writes it once the effect has happened.
    */
   async markDone(claim: Claim, keyHashes: readonly string[]): Promise<void> {
+    claim = canonicalClaim(claim);
     for (let start = 0; start < keyHashes.length; start += BATCH_LIMIT) {
       const batch = keyHashes.slice(start, start + BATCH_LIMIT);
       const issuedAt = this.#table.version;
@@ -93,12 +110,33 @@ export class MemoryEffectLedger implements EffectLedger {
     }
   }
 
+  async recordFailure(claim: Claim, keyHash: string, failure: EffectFailure): Promise<void> {
+    claim = canonicalClaim(claim);
+    // A failed condition is our own write whose reply was lost, or a reservation no longer ours:
+    // either way there is nothing left for this claim to record.
+    await this.#write(
+      'recordFailure',
+      claim,
+      keyHash,
+      reservedBy(claim),
+      () => ({
+        ...this.#item(claim, EffectState.Failed),
+        attempts: failure.attempts,
+        reason: failure.reason,
+        ...(failure.retryAt !== undefined ? { retryAt: failure.retryAt } : {}),
+      }),
+      this.#table.version,
+    );
+  }
+
   async unreserve(claim: Claim, keyHash: string): Promise<void> {
+    claim = canonicalClaim(claim);
     // A failed condition is already-gone (our own delete whose reply was lost): nothing to release.
     await this.#write('unreserve', claim, keyHash, reservedBy(claim), () => undefined, this.#table.version);
   }
 
   async read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
+    slot = canonicalSlot(slot);
     const item = await this.#send({ operation: 'readEffect', slot, keyHash }, () =>
       this.#table.getEffect(slot, keyHash),
     );
@@ -106,6 +144,7 @@ export class MemoryEffectLedger implements EffectLedger {
   }
 
   async *list(slot: Slot): AsyncIterable<EffectRecord> {
+    slot = canonicalSlot(slot);
     const items = await this.#send({ operation: 'list', slot }, () => this.#table.listEffects(slot));
     for (const [keyHash, item] of items) yield toRecord(keyHash, item);
   }
@@ -117,21 +156,25 @@ export class MemoryEffectLedger implements EffectLedger {
     stale: EffectRecord,
     issuedAt: number,
   ): Promise<ReserveOutcome> {
-    const result = await this.#put(claim, keyHash, reservedBy(stale), issuedAt);
-    if (result.committed) return { kind: 'reserved', rerun: true };
+    const result = await this.#put(claim, keyHash, reservedBy(stale), stale.attempts, issuedAt);
+    if (result.committed) return { kind: 'reserved', rerun: true, attempt: stale.attempts + 1 };
     const current = await this.read(claim.slot, keyHash);
     if (current?.state === EffectState.Done) return { kind: 'done' };
     if (current && current.owner === claim.owner && current.epoch === claim.epoch) {
-      return { kind: 'reserved', rerun: true };
+      return { kind: 'reserved', rerun: true, attempt: current.attempts + 1 };
     }
     return { kind: 'in-doubt', epoch: current?.epoch ?? stale.epoch };
   }
 
-  /** A reservation: RESERVED, stamped with the claim's epoch and owner, if `condition` holds. */
+  /**
+   * A reservation: RESERVED, stamped with the claim's epoch and owner and the refused attempts it
+   * carries forward, if `condition` holds.
+   */
   #put(
     claim: Claim,
     keyHash: string,
     condition: Condition<EffectItem>,
+    attempts: number,
     issuedAt: number,
   ): Promise<WriteResult<EffectItem>> {
     return this.#write(
@@ -139,7 +182,7 @@ export class MemoryEffectLedger implements EffectLedger {
       claim,
       keyHash,
       condition,
-      () => this.#item(claim, EffectState.Reserved),
+      () => ({ ...this.#item(claim, EffectState.Reserved), ...(attempts > 0 ? { attempts } : {}) }),
       issuedAt,
     );
   }
@@ -193,12 +236,32 @@ function reservedBy(holder: { readonly owner: string; readonly epoch: number }):
   };
 }
 
+/** `#state = :failed AND #epoch = :epoch AND #owner = :owner AND #attempts = :attempts`: that exact refusal. */
+function failedAs(record: EffectRecord): Condition<EffectItem> {
+  return {
+    expression: '#state = :failed AND #epoch = :epoch AND #owner = :owner AND #attempts = :attempts',
+    holds: (item) =>
+      item?.state === EffectState.Failed &&
+      item.epoch === record.epoch &&
+      item.owner === record.owner &&
+      (item.attempts ?? 0) === record.attempts,
+  };
+}
+
 function by(claim: Claim) {
   return { owner: claim.owner, epoch: claim.epoch };
 }
 
 function toRecord(keyHash: string, item: EffectItem): EffectRecord {
-  return { keyHash, state: item.state, epoch: item.epoch, owner: item.owner };
+  return {
+    keyHash,
+    state: item.state,
+    epoch: item.epoch,
+    owner: item.owner,
+    attempts: item.attempts ?? 0,
+    ...(item.retryAt !== undefined ? { retryAt: item.retryAt } : {}),
+    ...(item.reason !== undefined ? { reason: item.reason } : {}),
+  };
 }
 
 function storeError(operation: string, slot: Slot, epoch: number | undefined, cause: unknown): StoreError {

@@ -26,6 +26,15 @@ export interface SlotItem {
   /** The run summary as JSON, stored as DynamoDB stores it, so every read gets its own copy. */
   readonly summary?: string;
   readonly lastError?: string;
+  /** Set by the first claim, kept by every later one. */
+  readonly deadline?: number;
+  /** The checkpoint as JSON. */
+  readonly checkpoint?: string;
+  /** The holder's counts at its last checkpoint, as JSON; removed by each claim. */
+  readonly progress?: string;
+  readonly noProgress?: number;
+  /** Removed by each claim. */
+  readonly resumeAfter?: number;
 }
 
 /** An effect item, as the DynamoDB adapter writes it. */
@@ -34,6 +43,11 @@ export interface EffectItem {
   readonly epoch: number;
   readonly owner: string;
   readonly expiresAt: number;
+  /** Refused attempts so far; carried from a FAILED item to the reservation that retries it. */
+  readonly attempts?: number;
+  /** FAILED and retryable: not before this instant. */
+  readonly retryAt?: number;
+  readonly reason?: string;
 }
 
 /** The port operation a write belongs to: the audit judges each write by it. */
@@ -45,7 +59,9 @@ export type StoreOperation =
   | 'read'
   | 'reserve'
   | 'markDone'
+  | 'recordFailure'
   | 'unreserve'
+  | 'checkpoint'
   | 'readEffect'
   | 'list';
 

@@ -37,7 +37,7 @@ export interface LateReservation {
  * - epochs per slot only grow: each grant's epoch is above every earlier grant's;
  * - no write from a stale epoch is accepted: a renewal, completion or release commits only for
  *   the latest epoch granted;
- * - a slot is completed at most once, and a completed slot is never written again;
+ * - a slot is completed at most once, and a finished (DONE, PARTIAL) or STUCK slot is never written again;
  * - a reservation never replaces one of the same or a later epoch, and a done mark lands only on a
  *   record its own claim reserved.
  *
@@ -76,8 +76,8 @@ export class ProtocolAudit {
   ): void {
     const slot = slotName(write.slot);
     const by = write.by ? `owner ${write.by.owner} epoch ${write.by.epoch}` : 'an unknown writer';
-    if (before?.state === SlotState.Done) {
-      this.violations.push(`${write.operation} by ${by} rewrote slot ${slot} after it was completed`);
+    if (before && isFinished(before.state)) {
+      this.violations.push(`${write.operation} by ${by} rewrote slot ${slot} after it was ${before.state}`);
     }
     if (write.operation === 'claim' && after) {
       const latest = this.latestEpoch(slot);
@@ -96,7 +96,7 @@ export class ProtocolAudit {
           `${this.latestEpoch(slot)}`,
       );
     }
-    if (write.operation === 'complete' && after?.state === SlotState.Done) {
+    if (write.operation === 'complete' && after && isFinished(after.state)) {
       const count = (this.#completions.get(slot) ?? 0) + 1;
       this.#completions.set(slot, count);
       if (count > 1) this.violations.push(`slot ${slot} was completed ${count} times (last by ${by})`);
@@ -114,7 +114,8 @@ export class ProtocolAudit {
     const by = write.by;
     if (!by) return;
     if (write.operation === 'reserve') {
-      if (before && before.epoch >= by.epoch) {
+      // A refused effect (FAILED) is reserved again for its retry, by this epoch or a later one.
+      if (before && before.state !== EffectState.Failed && before.epoch >= by.epoch) {
         this.violations.push(
           `reservation of ${keyHash} by epoch ${by.epoch} replaced one of epoch ${before.epoch} on slot ${slot}`,
         );
@@ -146,6 +147,11 @@ export class ProtocolAudit {
       }
     }
   }
+}
+
+/** DONE and PARTIAL end a window for good; STUCK waits for an operator. No run writes any of them. */
+function isFinished(state: SlotState): boolean {
+  return state === SlotState.Done || state === SlotState.Partial || state === SlotState.Stuck;
 }
 
 function slotName(slot: Slot | string): string {
