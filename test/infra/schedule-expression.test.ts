@@ -27,8 +27,11 @@ function nextFires(expression: string, timeZone: string, count: number): string[
   const fires: string[] = [];
   let from = FROM;
   for (let i = 0; i < count; i++) {
-    // Only the next fire matters here: a 1 ms gap limit stops the longest-gap walk at once.
-    const result = analyseSchedule({ expression, timeZone }, from, { gapLimitMs: 1 });
+    // Only the next fire matters here: a 1 ms gap limit and no floor stop the gap walk at once.
+    const result = analyseSchedule({ expression, timeZone }, from, {
+      gapLimitMs: 1,
+      shortestGapFloorMs: Number.POSITIVE_INFINITY,
+    });
     if (!result.ok) throw new Error(result.problem);
     fires.push(result.schedule.nextFire.toISOString());
     from = result.schedule.nextFire;
@@ -101,9 +104,38 @@ describe('analyseSchedule: AWS cron read through croner', () => {
     expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: 7 * DAY + HOUR, basis: 'exact' });
   });
 
-  it('stops walking once a gap reaches the limit the caller cares about', () => {
-    const schedule = analysed('cron(0 9 1 * ? *)', 'UTC', 7 * DAY);
+  it('stops walking once the longest gap reaches the limit the caller cares about and the shortest is a minute', () => {
+    // Every minute of 09:00-09:59 on the 1st: a minute apart, then a month.
+    const schedule = analysed('cron(* 9 1 * ? *)', 'UTC', 7 * DAY);
     expect(schedule.kind !== 'at' && schedule.longestGap.basis).toBe('at-least');
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: 60_000, basis: 'exact' });
+  });
+
+  it('keeps walking past the longest-gap limit until the shortest gap is known (a monthly cron twice an hour)', () => {
+    // 09:00 and 10:00 on the 1st. From 12:00 on 29 November the first gap is a month, over the limit;
+    // stopping there would miss the hour between the two fires.
+    const schedule = analysed('cron(0 9,10 1 * ? *)', 'UTC', 7 * DAY);
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: HOUR, basis: 'exact' });
+    expect(schedule.kind !== 'at' && schedule.longestGap.basis).toBe('exact');
+  });
+
+  it('measures the shortest gap of a weekday schedule across the weekend: a day', () => {
+    const schedule = analysed('cron(0 9 ? * MON-FRI *)');
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: DAY, basis: 'exact' });
+  });
+
+  it('counts the daylight-saving hour in a Berlin daily schedule: 23 hours at the spring change', () => {
+    const schedule = analysed('cron(30 9 * * ? *)', 'Europe/Berlin');
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: DAY - HOUR, basis: 'exact' });
+  });
+
+  it('reports the shortest gap as at most what it saw when the caller asks for no more than a floor', () => {
+    const schedule = analyseSchedule({ expression: 'cron(0 * ? * MON-FRI *)', timeZone: 'UTC' }, FROM, {
+      gapLimitMs: HOUR,
+      shortestGapFloorMs: 2 * HOUR,
+    });
+    if (!schedule.ok || schedule.schedule.kind === 'at') throw new Error('expected a recurring schedule');
+    expect(schedule.schedule.shortestGap).toEqual({ ms: HOUR, basis: 'at-most' });
   });
 
   it.each([
@@ -119,9 +151,10 @@ describe('analyseSchedule: AWS cron read through croner', () => {
 });
 
 describe('analyseSchedule: rate and at', () => {
-  it('takes the rate itself as the longest gap', () => {
+  it('takes the rate itself as the longest and the shortest gap', () => {
     const schedule = analysed('rate(15 minutes)');
     expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: 15 * 60_000, basis: 'exact' });
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: 15 * 60_000, basis: 'exact' });
     expect(analysed('rate(1 day)').kind).toBe('rate');
   });
 
@@ -153,11 +186,12 @@ describe('analyseSchedule: rate and at', () => {
 });
 
 describe('analyseSchedule: properties', () => {
-  it('gives every daily UTC cron a longest gap of exactly one day', () => {
+  it('gives every daily UTC cron a longest and a shortest gap of exactly one day', () => {
     fc.assert(
       fc.property(fc.integer({ min: 0, max: 59 }), fc.integer({ min: 0, max: 23 }), (minute, hour) => {
         const schedule = analysed(`cron(${minute} ${hour} * * ? *)`);
         expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: DAY, basis: 'exact' });
+        expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: DAY, basis: 'exact' });
       }),
       { numRuns: 25 },
     );
