@@ -22,7 +22,10 @@ export const AppContext = {
   sesFromAddress: 'slotguard:sesFromAddress',
   /** Emails per second per job. Default 1. */
   sendRatePerSecond: 'slotguard:sendRatePerSecond',
-  /** An SNS topic ARN every alarm notifies (your pager). Default: no alarm actions. */
+  /**
+   * An SNS topic ARN the alarms that page notify (your pager; which page is ALARM_PAGING in
+   * infra/paging.ts). Default: no alarm actions.
+   */
   alarmTopicArn: 'slotguard:alarmTopicArn',
 } as const;
 
@@ -45,8 +48,8 @@ export interface SlotguardApp {
 }
 
 /**
- * The example app: one ScheduledJob per jobCatalog entry, all sharing one ClaimsTable, one
- * dashboard, and cdk-nag's AwsSolutions checks over everything.
+ * The example app: one ScheduledJob per jobCatalog entry, all sharing one ClaimsTable (and so one
+ * watchdog), one dashboard, and cdk-nag's AwsSolutions checks over everything.
  * @example const { app } = buildApp(); app.synth();
  */
 export function buildApp(app: App = new App(), options: BuildAppOptions = {}): SlotguardApp {

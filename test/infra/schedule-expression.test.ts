@@ -1,6 +1,5 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { CLOUDWATCH_ALARM_LIMITS, missedRunWindow } from '../../infra/missed-run-window.js';
 import { type AnalysedSchedule, analyseSchedule } from '../../shared/schedule/schedule-analysis.js';
 
 const FROM = new Date('2026-11-29T12:00:00Z');
@@ -206,44 +205,6 @@ describe('analyseSchedule: properties', () => {
           const schedule = analysed(`rate(${n} ${unit})`);
           const unitMs = { minutes: 60_000, hours: HOUR, days: DAY }[unit];
           expect(schedule.kind !== 'at' && schedule.longestGap.ms).toBe(n * unitMs);
-        },
-      ),
-    );
-  });
-});
-
-describe('missedRunWindow', () => {
-  it('watches a 15-minute job in 5-minute buckets covering the gap, the grace and one bucket of slack', () => {
-    const window = missedRunWindow(900, 900);
-    expect(window).toMatchObject({ evaluationPeriods: 7, capped: false, wantedSeconds: 1_800 });
-    expect(window.period.toSeconds()).toBe(300);
-  });
-
-  it('switches to hourly buckets past a day (CloudWatch allows at most a day of sub-hour buckets)', () => {
-    const window = missedRunWindow(86_400, 1_500);
-    expect(window.period.toSeconds()).toBe(3_600);
-    expect(window.evaluationPeriods).toBe(26);
-  });
-
-  it('caps a weekly job at 7 days of hourly buckets and says so', () => {
-    const window = missedRunWindow(7 * 86_400, 1_500);
-    expect(window).toMatchObject({ evaluationPeriods: 168, capped: true });
-  });
-
-  it('never exceeds CloudWatch limits, and covers the wanted look-back whenever it is not capped', () => {
-    fc.assert(
-      fc.property(
-        fc.integer({ min: 60, max: 40 * 86_400 }),
-        fc.integer({ min: 60, max: 7_200 }),
-        (gap, grace) => {
-          const window = missedRunWindow(gap, grace);
-          const period = window.period.toSeconds();
-          const total = period * window.evaluationPeriods;
-          expect(total).toBeLessThanOrEqual(CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds);
-          if (period < 3_600)
-            expect(total).toBeLessThanOrEqual(CLOUDWATCH_ALARM_LIMITS.maxEvaluationSecondsBelowHourPeriod);
-          if (!window.capped) expect(total).toBeGreaterThanOrEqual(gap + grace + period);
-          else expect(total).toBe(CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds);
         },
       ),
     );
