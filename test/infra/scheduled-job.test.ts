@@ -287,8 +287,11 @@ describe('ScheduledJob refuses props that cannot work, naming the construct, the
 describe('ScheduledJob options', () => {
   it('turns on the flexible window only when asked, and passes a payload in the input', () => {
     const stack = stackWithoutBundling();
-    addJob(stack, 'job', jobSpec(), { flexibleTimeWindow: Duration.minutes(15), payload: { segment: 'eu' } });
-    const schedule = resourceOf(stack, (stack.node.findChild('job') as ScheduledJob).schedule);
+    const job = addJob(stack, 'job', jobSpec(), {
+      flexibleTimeWindow: Duration.minutes(15),
+      payload: { segment: 'eu' },
+    });
+    const schedule = resourceOf(stack, job.node.findChild('Schedule'));
     expect(schedule.Properties.FlexibleTimeWindow).toEqual({ Mode: 'FLEXIBLE', MaximumWindowInMinutes: 15 });
     expect(JSON.parse(schedule.Properties.Target.Input)).toEqual({
       jobId: 'weekly-report',
@@ -304,7 +307,7 @@ describe('ScheduledJob options', () => {
     const job = addJob(stack, 'job', jobSpec({ maxAttempts: 1 }), {
       retry: { attempts: 3, maxEventAge: Duration.minutes(30) },
     });
-    expect(resourceOf(stack, job.schedule).Properties.Target.RetryPolicy).toEqual({
+    expect(resourceOf(stack, job.node.findChild('Schedule')).Properties.Target.RetryPolicy).toEqual({
       MaximumRetryAttempts: 3,
       MaximumEventAgeInSeconds: 1_800,
     });
@@ -359,7 +362,7 @@ describe('ScheduledJob: the work queue', () => {
         ],
       },
     });
-    const target = resourceOf(stack, job.schedule).Properties.Target;
+    const target = resourceOf(stack, job.node.findChild('Schedule')).Properties.Target;
     expect(target.Arn).toEqual({ 'Fn::GetAtt': [logicalIdOf(job.workQueue), 'Arn'] });
     expect(target.DeadLetterConfig).toEqual({
       Arn: { 'Fn::GetAtt': [logicalIdOf(job.deadLetterQueue), 'Arn'] },
