@@ -27,6 +27,11 @@ export const AppContext = {
    * infra/paging.ts). Default: no alarm actions.
    */
   alarmTopicArn: 'slotguard:alarmTopicArn',
+  /**
+   * When the jobs were first deployed (ISO 8601), so the watchdog does not report the windows before
+   * they existed (ScheduledJobProps.watchedSince). Default: none.
+   */
+  watchedSince: 'slotguard:watchedSince',
 } as const;
 
 /** Options of `buildApp`. */
@@ -63,6 +68,7 @@ export function buildApp(app: App = new App(), options: BuildAppOptions = {}): S
   const alarmActions = topicArn
     ? [new actions.SnsAction(sns.Topic.fromTopicArn(stack, 'AlarmTopic', topicArn))]
     : [];
+  const watchedSince = contextString(app, AppContext.watchedSince);
 
   const jobs = jobCatalog.map(
     (job) =>
@@ -71,6 +77,7 @@ export function buildApp(app: App = new App(), options: BuildAppOptions = {}): S
         claims,
         ses: { identity: sesIdentity, fromAddress: sesFromAddress, maxSendRatePerSecond: sendRate },
         alarmActions,
+        ...(watchedSince ? { watchedSince: new Date(watchedSince) } : {}),
         projectRoot: options.projectRoot ?? REPOSITORY_ROOT,
       }),
   );

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { isAbsolute, join, relative } from 'node:path';
-import { Arn, Duration, RemovalPolicy, Stack, TimeZone, Validations } from 'aws-cdk-lib';
+import { Annotations, Arn, Duration, RemovalPolicy, Stack, TimeZone, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -13,7 +13,12 @@ import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct, type IConstruct } from 'constructs';
-import { defaultDeadlineSeconds, JOB_DEFAULTS, type JobSpec } from '../shared/job/job-spec.js';
+import {
+  defaultDeadlineSeconds,
+  JOB_DEFAULTS,
+  type JobSpec,
+  type ScheduleSpec,
+} from '../shared/job/job-spec.js';
 import { RuntimeEnv } from '../shared/job/runtime-env.js';
 import { type AnalysedSchedule, analyseSchedule } from '../shared/schedule/schedule-analysis.js';
 import { describe, JOB_ID_PATTERN } from '../shared/slot/slot.js';
@@ -23,6 +28,7 @@ import { CLOUDWATCH_ALARM_LIMITS } from './cloudwatch-limits.js';
 import { sharedEffectKeySecret } from './effect-key-secret.js';
 import { InfraValidationError } from './infra-validation-error.js';
 import { ALARM_PAGING, type AlarmKey } from './paging.js';
+import { rateAsUtcCron } from './rate-as-cron.js';
 import { grantNetworkInterfaces, slotguardBundling, slotguardVpcPlacement } from './slotguard-function.js';
 import { SlotguardWatchdog } from './slotguard-watchdog.js';
 
@@ -105,6 +111,14 @@ export interface ScheduledJobProps {
    * @default 15 minutes
    */
   readonly missedRunGrace?: Duration;
+  /**
+   * When the watchdog starts judging this job's windows: none scheduled before it is reported
+   * missing or incomplete. Set it when you add a job (its first deployment), or the watchdog reports
+   * the windows of its look-back that came before the job existed. A fixed instant, not the time of
+   * synthesis, so that the template stays the same from one synth to the next.
+   * @default none: every window of the look-back (48 hours or more) is judged
+   */
+  readonly watchedSince?: Date;
   /**
    * Runs of this job at once: the work queue's event source invokes at most this many functions,
    * so at most this many windows (or deliveries of one window, of which all but one stand down)
@@ -238,8 +252,13 @@ export class ScheduledJob extends Construct {
   readonly jobId: string;
   /** The job as deployed, with defaults applied (`deadlineMinutes` included). */
   readonly job: Required<JobSpec>;
-  /** The schedule as analysed at synth time. */
+  /** The schedule as analysed at synth time (the job's own expression). */
   readonly analysedSchedule: AnalysedSchedule;
+  /**
+   * The expression and zone Scheduler is given, which the watchdog is told too: the job's own, but
+   * a `rate()` as the UTC cron on the same grid (see rateAsUtcCron for why).
+   */
+  readonly deployedSchedule: Required<ScheduleSpec>;
   /** How long after its scheduled time a window must be finished (`job.deadlineMinutes`). */
   readonly deadline: Duration;
   /** The job's Lambda function. */
@@ -267,6 +286,7 @@ export class ScheduledJob extends Construct {
     this.jobId = job.id;
     this.validateJob(job);
     this.analysedSchedule = this.validateSchedule(job);
+    this.deployedSchedule = this.deploySchedule(this.analysedSchedule);
     const retry = this.validateRetry(props.retry, job);
     const flexibleTimeWindow = this.validateFlexibleWindow(props.flexibleTimeWindow);
     const retentionDays = this.validatePositiveInteger(
@@ -383,8 +403,8 @@ export class ScheduledJob extends Construct {
     this.schedule = new scheduler.Schedule(this, 'Schedule', {
       description: `slotguard job ${job.id}`,
       schedule: scheduler.ScheduleExpression.expression(
-        job.schedule.expression,
-        TimeZone.of(this.analysedSchedule.timeZone),
+        this.deployedSchedule.expression,
+        TimeZone.of(this.deployedSchedule.timeZone),
       ),
       scheduleGroup: this.scheduleGroup,
       timeWindow: flexibleTimeWindow
@@ -412,9 +432,10 @@ export class ScheduledJob extends Construct {
     });
     this.watchdogSchedule = this.watchdog.watch(this, {
       jobId: job.id,
-      schedule: { expression: job.schedule.expression, timeZone: this.analysedSchedule.timeZone },
+      schedule: this.deployedSchedule,
       deadline: this.deadline,
       grace,
+      ...(props.watchedSince ? { watchedSince: this.validateWatchedSince(props.watchedSince) } : {}),
       ...(props.alarmActions ? { alarmActions: props.alarmActions } : {}),
     });
 
@@ -720,6 +741,41 @@ export class ScheduledJob extends Construct {
       );
     }
     return { attempts, maxEventAge };
+  }
+
+  /**
+   * The schedule Scheduler gets: a cron or at() as written; a rate() as the UTC cron on the same
+   * grid, said at synth, or refused when there is none (see rateAsUtcCron).
+   */
+  private deploySchedule(schedule: AnalysedSchedule): Required<ScheduleSpec> {
+    if (schedule.kind !== 'rate') return { expression: schedule.expression, timeZone: schedule.timeZone };
+    const cron = rateAsUtcCron(schedule.longestGap.ms);
+    if (cron === undefined) {
+      throw new InfraValidationError(
+        this,
+        'job.schedule.expression',
+        `job.schedule.expression ${JSON.stringify(schedule.expression)} cannot be watched: Scheduler counts a rate() ` +
+          'from when its schedule is created, which synth cannot know, so the watchdog could not tell which windows ' +
+          'it fires. A rate that divides an hour or a day is deployed as the UTC cron on the same grid ' +
+          '(rate(15 minutes) as cron(0/15 * * * ? *)); use such a rate, or a cron() expression',
+      );
+    }
+    Annotations.of(this).addInfo(
+      `job '${this.jobId}': ${schedule.expression} is deployed as ${cron} in UTC, the same grid the local runner ` +
+        "and the CLI compute, so the watchdog knows its windows (Scheduler would count a rate() from the schedule's creation)",
+    );
+    return { expression: cron, timeZone: 'UTC' };
+  }
+
+  private validateWatchedSince(since: Date): Date {
+    if (Number.isNaN(since.getTime())) {
+      throw new InfraValidationError(
+        this,
+        'watchedSince',
+        "watchedSince is an invalid Date; give the instant the job was first deployed, e.g. new Date('2026-12-01T00:00:00Z')",
+      );
+    }
+    return since;
   }
 
   /**

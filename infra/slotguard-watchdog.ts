@@ -36,12 +36,15 @@ const MAX_ALARM_ACTIONS = 5;
 
 /**
  * The input of each job's watchdog schedule: what the watchdog needs to know about the job, since it
- * reads no JobSpec of its own. shared/watchdog/ reads it.
+ * reads no JobSpec of its own. shared/watchdog/ reads it (its WatchdogEvent).
  */
 export interface WatchdogInput {
   readonly kind: 'watchdog';
   readonly jobId: string;
-  /** The job's schedule: the watchdog lists the windows it should have had with JobSchedule. */
+  /**
+   * The job's schedule as Scheduler has it (ScheduledJob.deployedSchedule): the watchdog lists the
+   * windows it should have had with JobSchedule. Never a rate(), so no `rateStart` is needed.
+   */
   readonly schedule: { readonly expression: string; readonly timeZone: string };
   /** How long after its scheduled time a window must be finished (the job's deadline). */
   readonly deadlineSeconds: number;
@@ -49,6 +52,8 @@ export interface WatchdogInput {
   readonly graceSeconds: number;
   /** How far back to look for windows. */
   readonly lookbackHours: number;
+  /** No window scheduled before this instant (ISO 8601) is judged: `watchedSince`. */
+  readonly notBefore?: string;
 }
 
 /** A job the watchdog watches. */
@@ -57,6 +62,11 @@ export interface WatchedJob {
   readonly schedule: Required<ScheduleSpec>;
   readonly deadline: Duration;
   readonly grace: Duration;
+  /**
+   * No window scheduled before this instant is judged (the job's first deployment).
+   * @default every window of the look-back is judged
+   */
+  readonly watchedSince?: Date;
   /**
    * The job's alarm actions; the WatchdogStopped alarm covering it notifies the union of its jobs'.
    * @default none
@@ -183,6 +193,7 @@ export class SlotguardWatchdog extends Construct {
       deadlineSeconds: job.deadline.toSeconds(),
       graceSeconds: job.grace.toSeconds(),
       lookbackHours: lookbackHours(job),
+      ...(job.watchedSince ? { notBefore: job.watchedSince.toISOString() } : {}),
     };
     const schedule = new scheduler.Schedule(scope, 'WatchdogSchedule', {
       description: `slotguard watchdog of job ${job.jobId}`,

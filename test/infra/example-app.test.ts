@@ -43,7 +43,7 @@ beforeAll(() => {
   built = buildApp(
     new App({
       outdir: mkdtempSync(join(tmpdir(), 'slotguard-cdk-')),
-      context: { [AppContext.alarmTopicArn]: PAGER },
+      context: { [AppContext.alarmTopicArn]: PAGER, [AppContext.watchedSince]: '2026-12-01T00:00:00Z' },
     }),
   );
   assembly = built.app.synth();
@@ -150,18 +150,23 @@ describe('the example app, synthesised', () => {
     }
   });
 
-  it('fires the weekly report at Monday 09:00 Moscow time and the reminder every 15 minutes, flexible window OFF', () => {
+  it('fires the weekly report at Monday 09:00 Moscow time and the reminder every 15 minutes on the quarter hours, flexible window OFF', () => {
     expect(jobResource('AWS::Scheduler::Schedule', 'weekly-report', 'Schedule').Properties).toMatchObject({
       ScheduleExpression: 'cron(0 9 ? * MON *)',
       ScheduleExpressionTimezone: 'Europe/Moscow',
       FlexibleTimeWindow: { Mode: 'OFF' },
       State: 'ENABLED',
     });
+    // rate(15 minutes), on the grid the local runner and the watchdog compute, not from the schedule's creation.
     expect(jobResource('AWS::Scheduler::Schedule', 'payment-reminder', 'Schedule').Properties).toMatchObject({
-      ScheduleExpression: 'rate(15 minutes)',
+      ScheduleExpression: 'cron(0/15 * * * ? *)',
       ScheduleExpressionTimezone: 'UTC',
       FlexibleTimeWindow: { Mode: 'OFF' },
     });
+    Annotations.fromStack(built.stack).hasInfo(
+      '/Slotguard/payment-reminder',
+      Match.stringLikeRegexp('rate\\(15 minutes\\) is deployed as cron\\(0/15 \\* \\* \\* \\? \\*\\) in UTC'),
+    );
   });
 
   it("puts the job id and Scheduler's context attributes in every fire's input", () => {
@@ -250,10 +255,11 @@ describe('the example app, synthesised', () => {
       expect(JSON.parse(schedule.Target.Input)).toEqual({
         kind: 'watchdog',
         jobId: job.jobId,
-        schedule: { expression: job.analysedSchedule.expression, timeZone: job.analysedSchedule.timeZone },
+        schedule: job.deployedSchedule,
         deadlineSeconds: job.deadline.toSeconds(),
         graceSeconds: 900,
         lookbackHours: 48,
+        notBefore: '2026-12-01T00:00:00.000Z',
       });
     }
     expect(resources('AWS::Lambda::Function')).toHaveLength(built.jobs.length + 1);

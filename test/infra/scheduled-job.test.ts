@@ -472,6 +472,61 @@ describe('ScheduledJob: the work queue', () => {
   });
 });
 
+describe('ScheduledJob: the schedule Scheduler gets', () => {
+  it.each([
+    ['rate(1 minute)', 'cron(* * * * ? *)'],
+    ['rate(15 minutes)', 'cron(0/15 * * * ? *)'],
+    ['rate(60 minutes)', 'cron(0 * * * ? *)'],
+    ['rate(6 hours)', 'cron(0 0/6 * * ? *)'],
+    ['rate(1 day)', 'cron(0 0 * * ? *)'],
+  ])('deploys %s as %s in UTC, so the watchdog knows its windows', (rate, cron) => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec({ schedule: { expression: rate, timeZone: 'Europe/Berlin' } }));
+    expect(job.deployedSchedule).toEqual({ expression: cron, timeZone: 'UTC' });
+    expect(resourceOf(stack, job.node.findChild('Schedule')).Properties).toMatchObject({
+      ScheduleExpression: cron,
+      ScheduleExpressionTimezone: 'UTC',
+    });
+    const input = JSON.parse(resourceOf(stack, job.watchdogSchedule).Properties.Target.Input);
+    expect(input.schedule).toEqual({ expression: cron, timeZone: 'UTC' });
+    expect(input).not.toHaveProperty('rateStart');
+  });
+
+  it('deploys a cron as written, in its own time zone', () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec());
+    expect(job.deployedSchedule).toEqual({ expression: 'cron(0 9 ? * MON *)', timeZone: 'Europe/Moscow' });
+  });
+
+  it.each(['rate(7 minutes)', 'rate(5 hours)', 'rate(2 days)'])(
+    'refuses %s, whose windows depend on when Scheduler created the schedule',
+    (expression) => {
+      const error = validationError((stack) => addJob(stack, 'job', jobSpec({ schedule: { expression } })));
+      expect(error.prop).toBe('job.schedule.expression');
+      expect(error.message).toBe(
+        `ScheduledJob 'Test/job': job.schedule.expression ${JSON.stringify(expression)} cannot be watched: ` +
+          'Scheduler counts a rate() from when its schedule is created, which synth cannot know, so the watchdog ' +
+          'could not tell which windows it fires. A rate that divides an hour or a day is deployed as the UTC cron ' +
+          'on the same grid (rate(15 minutes) as cron(0/15 * * * ? *)); use such a rate, or a cron() expression',
+      );
+    },
+  );
+
+  it('tells the watchdog not to judge windows before watchedSince, and refuses an invalid Date', () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec(), { watchedSince: new Date('2026-12-01T08:30:00Z') });
+    const input = JSON.parse(resourceOf(stack, job.watchdogSchedule).Properties.Target.Input);
+    expect(input.notBefore).toBe('2026-12-01T08:30:00.000Z');
+    const error = validationError((other) =>
+      addJob(other, 'job', jobSpec(), { watchedSince: new Date('yesterday') }),
+    );
+    expect(error.prop).toBe('watchedSince');
+    expect(error.message).toMatch(
+      /watchedSince is an invalid Date; give the instant the job was first deployed/,
+    );
+  });
+});
+
 describe('ScheduledJob: deadlines', () => {
   it.each([
     { label: 'a 15-minute rate', expression: 'rate(15 minutes)', timeoutSeconds: 300, seconds: 900 },

@@ -100,6 +100,7 @@ describe("SlotguardWatchdog: each job's schedule", () => {
       MaximumRetryAttempts: 3,
       MaximumEventAgeInSeconds: 900,
     });
+    // No notBefore: watchedSince is not set.
     expect(JSON.parse(schedule.Properties.Target.Input)).toEqual({
       kind: 'watchdog',
       jobId: 'job',
