@@ -106,6 +106,15 @@ export interface RunOptions {
   /** How refused effects are retried. @default 5 attempts, 1, 4, 16 and 64 minutes apart */
   readonly effectRetry?: EffectRetryPolicy;
   /**
+   * A lease is taken over only once it ended this long ago by the claimer's clock. Two runs can
+   * overlap only when one's clock is faster than the other's by more than this plus the lease's
+   * safety margin (12 s with the defaults); the effect ledger still sends nobody twice then. Lambda's
+   * clocks are synchronised (Amazon Time Sync) to well under a second, so the default is small; a
+   * larger allowance delays every takeover of a crashed run by as much.
+   * @default 2_000
+   */
+  readonly takeoverSkewMs?: number;
+  /**
    * Consecutive failures of one kind (a refusal reason, or an unknown error) that stop a run: the
    * provider is failing, and asking it 12,400 times helps nobody.
    * @default 10
@@ -213,6 +222,7 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
       // From the scheduled time, or from now for a window first claimed late (a backfill): its
       // record keeps the first claim's deadline, so continuations cannot move it.
       deadline: Math.max(windowMs, now) + o.deadlineMs,
+      takeoverSkewMs: o.takeoverSkewMs,
       delivery,
     },
     claimSentAt,
@@ -654,6 +664,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
     maxRunsWithoutProgress: options.maxRunsWithoutProgress ?? 3,
     effectRetry: { ...DEFAULT_EFFECT_RETRY, ...options.effectRetry },
     failureStreakLimit: options.failureStreakLimit ?? 10,
+    takeoverSkewMs: options.takeoverSkewMs ?? 2_000,
   };
   if (!Number.isFinite(leaseMs) || leaseMs < 1_000) {
     throw new ConfigurationError(
@@ -683,6 +694,12 @@ export function resolveRunOptions(options: RunOptions = {}) {
     throw new ConfigurationError(
       'markBatchSize',
       `markBatchSize is ${resolved.markBatchSize}; use 1 to 25 (BatchWriteItem's limit)`,
+    );
+  }
+  if (!(resolved.takeoverSkewMs >= 0) || resolved.takeoverSkewMs >= leaseMs) {
+    throw new ConfigurationError(
+      'takeoverSkewMs',
+      `takeoverSkewMs is ${resolved.takeoverSkewMs}; use 0 or more and less than the lease (${leaseMs} ms)`,
     );
   }
   if (!(resolved.deadlineMs >= 60_000)) {

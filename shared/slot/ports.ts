@@ -62,6 +62,13 @@ export interface LeaseRequest {
   /** Retention: the record's expiry, in epoch seconds, for the store's TTL. */
   readonly expiresAtSeconds: number;
   /**
+   * A RUNNING slot is taken over only once its lease ended more than this long ago by the claimer's
+   * clock: room for a claimer whose clock runs fast. Stores that judge leases by their own clock
+   * (Postgres on the database clock) need none.
+   * @default 0
+   */
+  readonly takeoverSkewMs?: number;
+  /**
    * When the window must be finished, in epoch milliseconds. Stored by the first claim and kept by
    * every later one, so continuations cannot push it back.
    */

@@ -111,6 +111,22 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       });
     });
 
+    it('takes over a lease only once it ended more than the skew allowance ago by the claimer', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      await claimOrFail(claims, slot, 'a', T0);
+      // A claimer whose clock runs 1.5 s fast sees the lease ended 1 s ago: within a 2 s allowance.
+      const skewed = lease('b', { takeoverSkewMs: 2_000 });
+      expect(await claims.claim(slot, skewed, T0 + LEASE + 1_000)).toMatchObject({
+        kind: 'held',
+        holder: 'a',
+      });
+      expect(await claims.claim(slot, skewed, T0 + LEASE + 2_001)).toMatchObject({
+        kind: 'claimed',
+        claim: { epoch: 2, via: 'takeover' },
+      });
+    });
+
     it('never grants an epoch twice: five takeovers give epochs 1 to 6', async () => {
       const { claims } = await makeBackend();
       const slot = freshSlot();
