@@ -1,5 +1,6 @@
+import { Cron } from 'croner';
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { CLOUDWATCH_ALARM_LIMITS, missedRunWindow } from '../../infra/missed-run-window.js';
 import { type AnalysedSchedule, analyseSchedule } from '../../shared/schedule/schedule-analysis.js';
 
@@ -104,6 +105,29 @@ describe('analyseSchedule: AWS cron read through croner', () => {
   it('stops walking once a gap reaches the limit the caller cares about', () => {
     const schedule = analysed('cron(0 9 1 * ? *)', 'UTC', 7 * DAY);
     expect(schedule.kind !== 'at' && schedule.longestGap.basis).toBe('at-least');
+  });
+
+  it.each([
+    // The last Sunday of March is Berlin's spring-forward day: 02:00-02:59 does not exist.
+    ['cron(30 2 ? 3 1L *)', '2027-03-28 02:30'],
+    // The fifth Sunday of March, when there is one, is the last.
+    ['cron(30 2 ? 3 SUN#5 *)', '2030-03-31 02:30'],
+    // Every minute of that hour: 60 skipped matches a year, read 1,500 at most.
+    ['cron(* 2 ? 3 1L *)', '2027-03-28 02:00'],
+  ])('refuses %s in Berlin, which only matches the hour the clocks skip, saying so', (expression, first) => {
+    const nextRun = vi.spyOn(Cron.prototype, 'nextRun');
+    try {
+      const result = refusal(expression, 'Europe/Berlin');
+      expect(result.problem).toBe(
+        `"${expression}" never fires in Europe/Berlin: every local time it matches is one the clocks jump over ` +
+          `when they go forward (the first: ${first})`,
+      );
+      expect(result.fix).toMatch(/move the hours and minutes out of the skipped hour/);
+      // The unbounded search read up to 58,000 matches (to croner's year 3000): seconds at synth.
+      expect(nextRun.mock.calls.length).toBeLessThan(2_000);
+    } finally {
+      nextRun.mockRestore();
+    }
   });
 
   it.each([
