@@ -38,7 +38,13 @@ export interface OneTimeSchedule {
   readonly kind: 'at';
   readonly expression: string;
   readonly timeZone: string;
+  /** When it fires: the first instant its local time occurs. */
   readonly nextFire: Date;
+  /**
+   * True when `nextFire` is at or before the analysis time: the schedule has fired (or its time
+   * went by before it was deployed), so there is nothing left for Scheduler to do.
+   */
+  readonly passed: boolean;
 }
 
 /** How far apart two consecutive fires can be. */
@@ -90,19 +96,18 @@ export function analyseSchedule(
       };
     case 'at': {
       const [fire] = instantsAtWallClock(expression.wallClock, timeZone);
-      if (fire === undefined || fire <= from.getTime()) {
-        const why =
-          fire === undefined
-            ? `${expression.local} does not exist in ${timeZone} (the clocks skip it that night)`
-            : `${expression.local} in ${timeZone} is before ${from.toISOString()}`;
+      if (fire === undefined) {
         return {
           ok: false,
           field: 'expression',
-          problem: `${JSON.stringify(expression.source)} never fires: ${why}`,
-          fix: 'move the date into the future, or remove the one-time job once it has run',
+          problem: `${JSON.stringify(expression.source)} never fires: ${expression.local} does not exist in ${timeZone} (the clocks skip it that night)`,
+          fix: 'move the time out of the hour the clocks skip',
         };
       }
-      return { ok: true, schedule: { kind: 'at', ...base, nextFire: new Date(fire) } };
+      return {
+        ok: true,
+        schedule: { kind: 'at', ...base, nextFire: new Date(fire), passed: fire <= from.getTime() },
+      };
     }
     case 'cron': {
       const fires = new JobSchedule(spec).firesAfter(from);

@@ -158,10 +158,15 @@ describe('analyseSchedule: rate and at', () => {
     expect(schedule).toMatchObject({ kind: 'at', nextFire: new Date('2027-01-15T06:00:00Z') });
   });
 
-  it('refuses a one-time schedule in the past, saying when it was', () => {
-    expect(refusal('at(2026-01-15T09:00:00)').problem).toBe(
-      '"at(2026-01-15T09:00:00)" never fires: 2026-01-15T09:00:00 in UTC is before 2026-11-29T12:00:00.000Z',
-    );
+  it('marks a one-time schedule whose time has passed, for the construct to leave out, with when it was due', () => {
+    expect(analysed('at(2026-01-15T09:00:00)', 'Europe/Moscow')).toEqual({
+      kind: 'at',
+      expression: 'at(2026-01-15T09:00:00)',
+      timeZone: 'Europe/Moscow',
+      nextFire: new Date('2026-01-15T06:00:00Z'),
+      passed: true,
+    });
+    expect(analysed('at(2026-11-29T12:01:00)')).toMatchObject({ kind: 'at', passed: false });
   });
 
   it('refuses an expression of no known kind, listing the three', () => {
