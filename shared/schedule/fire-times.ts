@@ -95,6 +95,20 @@ export class JobSchedule {
     return fires;
   }
 
+  /**
+   * The latest fire at or before `at`, looked for as far back as `lookbackMs`: the fire a timer that
+   * went off at `at` belongs to, however late it went off.
+   * @default lookbackMs 400 days, which every recurring schedule but a yearly cron fires within
+   */
+  lastFireAtOrBefore(at: Date | number, lookbackMs = 400 * 24 * HOUR_MS): Date | undefined {
+    const end = Number(at) + 1;
+    // Widening windows: a frequent schedule is found in the first hour, without listing a year of fires.
+    for (let span = HOUR_MS; ; span = Math.min(span * 8, lookbackMs)) {
+      const last = this.firesBetween(end - span, end).at(-1);
+      if (last !== undefined || span >= lookbackMs) return last;
+    }
+  }
+
   /** The first fire strictly after `after`, or undefined if the schedule never fires again. */
   nextFireAfter(after: Date | number): Date | undefined {
     for (const fire of this.firesAfter(after)) return fire;

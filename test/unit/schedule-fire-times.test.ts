@@ -294,6 +294,35 @@ describe('JobSchedule: rate and at', () => {
   });
 });
 
+describe('JobSchedule: the fire a late timer belongs to', () => {
+  const lordHowe = new JobSchedule({ expression: 'cron(0/30 1 * * ? *)', timeZone: 'Australia/Lord_Howe' });
+
+  it('maps a timer that went off at the repeated 01:30 to the first one, the only fire', () => {
+    // 4 April 2026, 14:30Z is 01:30 LHDT; 15:00Z is 01:30 again (LHST), not a fire of its own.
+    expect(lordHowe.lastFireAtOrBefore(Date.parse('2026-04-04T15:10:00Z'))?.toISOString()).toBe(
+      '2026-04-04T14:30:00.000Z',
+    );
+    expect(lordHowe.lastFireAtOrBefore(Date.parse('2026-04-04T14:30:00Z'))?.toISOString()).toBe(
+      '2026-04-04T14:30:00.000Z',
+    );
+    expect(lordHowe.lastFireAtOrBefore(Date.parse('2026-04-04T14:29:59Z'))?.toISOString()).toBe(
+      '2026-04-04T14:00:00.000Z',
+    );
+  });
+
+  it('looks back as far as a yearly cron needs, and finds nothing before a one-time schedule', () => {
+    const yearly = new JobSchedule({ expression: 'cron(0 9 1 1 ? *)', timeZone: 'UTC' });
+    expect(yearly.lastFireAtOrBefore(Date.parse('2026-12-31T23:59:00Z'))?.toISOString()).toBe(
+      '2026-01-01T09:00:00.000Z',
+    );
+    const once = new JobSchedule({ expression: 'at(2027-01-15T09:00:00)', timeZone: 'UTC' });
+    expect(once.lastFireAtOrBefore(Date.parse('2027-01-15T08:59:00Z'))).toBeUndefined();
+    expect(once.lastFireAtOrBefore(Date.parse('2027-03-01T00:00:00Z'))?.toISOString()).toBe(
+      '2027-01-15T09:00:00.000Z',
+    );
+  });
+});
+
 describe('JobSchedule: properties', () => {
   const zones = [
     'Europe/Berlin',
