@@ -22,18 +22,23 @@ export type CronFieldName = 'minutes' | 'hours' | 'day-of-month' | 'month' | 'da
 
 /** Why a field was refused: the reason reads after `has "…" in the <field> field, `. */
 export interface CronFieldProblem {
+  /** What is wrong, e.g. `which takes 1-7 (1 = SUN, 7 = SAT) or SUN-SAT: 8 is outside it`. */
   readonly reason: string;
+  /** What to write instead. */
   readonly fix: string;
 }
 
-interface FieldRule {
+/** What one field takes. */
+export interface CronFieldRule {
   readonly name: CronFieldName;
+  /** The smallest and largest value. */
   readonly min: number;
   readonly max: number;
   /** Names for the values, from `min` on (JAN = 1, SUN = 1). */
   readonly names?: readonly string[];
   /** The values, for messages. */
   readonly values: string;
+  /** The wildcards the guide lists for the field, space-separated. */
   readonly wildcards: string;
   /** What to write instead of a value out of range. */
   readonly rangeFix: string;
@@ -46,7 +51,7 @@ const WEEKDAYS = ['SUN', 'MON', 'TUE', 'WED', 'THU', 'FRI', 'SAT'];
 export const LAST_CRON_YEAR = 2199;
 
 /** The fields in the order AWS writes them. */
-export const AWS_CRON_FIELDS: readonly FieldRule[] = [
+export const AWS_CRON_FIELDS: readonly CronFieldRule[] = [
   { name: 'minutes', min: 0, max: 59, values: '0-59', wildcards: ', - * /', rangeFix: 'use minutes 0 to 59' },
   { name: 'hours', min: 0, max: 23, values: '0-23', wildcards: ', - * /', rangeFix: 'use hours 0 to 23' },
   {
@@ -94,7 +99,7 @@ const ITEM = /^(\*|[0-9A-Z]+|[0-9A-Z]+-[0-9A-Z]+)(?:\/([0-9]+))?$/;
  * right field here; that exactly one of the two day fields holds it is the caller's check.
  */
 export function checkCronField(
-  rule: FieldRule,
+  rule: CronFieldRule,
   text: string,
   fields: readonly string[],
 ): CronFieldProblem | undefined {
@@ -122,7 +127,7 @@ export function checkCronField(
 }
 
 /** `L`, `LW` and `nW` in day-of-month: each only as the field's one value. */
-function dayOfMonthSpecial(rule: FieldRule, value: string): CronFieldProblem | 'ok' | undefined {
+function dayOfMonthSpecial(rule: CronFieldRule, value: string): CronFieldProblem | 'ok' | undefined {
   if (!/[LW]/.test(value)) return undefined;
   if (value === 'L' || value === 'LW') return 'ok';
   const weekdayNearest = /^([0-9]+)W$/.exec(value);
@@ -136,7 +141,7 @@ function dayOfMonthSpecial(rule: FieldRule, value: string): CronFieldProblem | '
 
 /** `L`, `nL` and `n#k` in day-of-week: each only as the field's one value. */
 function dayOfWeekSpecial(
-  rule: FieldRule,
+  rule: CronFieldRule,
   value: string,
   fields: readonly string[],
 ): CronFieldProblem | 'ok' | undefined {
@@ -179,13 +184,13 @@ function dayOfWeekSpecial(
   };
 }
 
-function weekdayOf(rule: FieldRule, text: string): number | CronFieldProblem {
+function weekdayOf(rule: CronFieldRule, text: string): number | CronFieldProblem {
   const value = fieldValue(rule, text);
   return typeof value === 'number' ? (outOfRange(rule, value) ?? value) : value;
 }
 
 /** One comma-separated item: `*`, `a`, `a-b`, each with an optional `/n`. */
-function checkItem(rule: FieldRule, item: string, slashAllowed: boolean): CronFieldProblem | undefined {
+function checkItem(rule: CronFieldRule, item: string, slashAllowed: boolean): CronFieldProblem | undefined {
   const match = ITEM.exec(item);
   if (!match) {
     return {
@@ -230,7 +235,7 @@ function checkItem(rule: FieldRule, item: string, slashAllowed: boolean): CronFi
 }
 
 /** A number, or a name where the field has names (any case, as Quartz reads them). */
-function fieldValue(rule: FieldRule, text: string): number | CronFieldProblem {
+function fieldValue(rule: CronFieldRule, text: string): number | CronFieldProblem {
   if (/^[0-9]+$/.test(text)) return Number(text);
   const index = rule.names?.indexOf(text) ?? -1;
   if (index >= 0) return rule.min + index;
@@ -240,7 +245,7 @@ function fieldValue(rule: FieldRule, text: string): number | CronFieldProblem {
   };
 }
 
-function outOfRange(rule: FieldRule, value: number): CronFieldProblem | undefined {
+function outOfRange(rule: CronFieldRule, value: number): CronFieldProblem | undefined {
   if (value >= rule.min && value <= rule.max) return undefined;
   return { reason: `which takes ${rule.values}: ${value} is outside it`, fix: rule.rangeFix };
 }
