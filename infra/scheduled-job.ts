@@ -15,7 +15,7 @@ import { Construct, type IConstruct } from 'constructs';
 import { JOB_DEFAULTS, type JobSpec } from '../shared/job/job-spec.js';
 import { RuntimeEnv } from '../shared/job/runtime-env.js';
 import { type AnalysedSchedule, analyseSchedule } from '../shared/schedule/schedule-analysis.js';
-import { describe, JOB_ID_PATTERN } from '../shared/slot/slot.js';
+import { describe, JOB_ID_PATTERN, windowOf } from '../shared/slot/slot.js';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
 import type { ClaimsBackend } from './claims-backend.js';
 import { sharedEffectKeySecret } from './effect-key-secret.js';
@@ -197,8 +197,11 @@ export class ScheduledJob extends Construct {
   readonly analysedSchedule: AnalysedSchedule;
   /** The job's Lambda function. */
   readonly function: nodejs.NodejsFunction;
-  /** The EventBridge Scheduler schedule that fires the function. */
-  readonly schedule: scheduler.Schedule;
+  /**
+   * The EventBridge Scheduler schedule that fires the function; undefined for a one-time (`at()`)
+   * job whose time had passed at synth (it has fired), which synthesises with a warning instead.
+   */
+  readonly schedule: scheduler.Schedule | undefined;
   /** This job's schedule group (one per job, so AWS/Scheduler metrics are per job). */
   readonly scheduleGroup: scheduler.ScheduleGroup;
   /** Where fires that exhausted their retries land, from Scheduler and from Lambda. */
@@ -313,31 +316,34 @@ export class ScheduledJob extends Construct {
     this.scheduleGroup = new scheduler.ScheduleGroup(this, 'ScheduleGroup', {
       removalPolicy: RemovalPolicy.DESTROY,
     });
-    this.schedule = new scheduler.Schedule(this, 'Schedule', {
-      description: `slotguard job ${job.id}`,
-      schedule: scheduler.ScheduleExpression.expression(
-        job.schedule.expression,
-        TimeZone.of(this.analysedSchedule.timeZone),
-      ),
-      scheduleGroup: this.scheduleGroup,
-      timeWindow: flexibleTimeWindow
-        ? scheduler.TimeWindow.flexible(flexibleTimeWindow)
-        : scheduler.TimeWindow.off(),
-      enabled: props.enabled ?? true,
-      target: new targets.LambdaInvoke(this.function, {
-        role: this.schedulerRole(),
-        input: scheduler.ScheduleTargetInput.fromObject({
-          jobId: job.id,
-          scheduledTime: scheduler.ContextAttribute.scheduledTime,
-          executionId: scheduler.ContextAttribute.executionId,
-          attemptNumber: scheduler.ContextAttribute.attemptNumber,
-          ...(props.payload ? { payload: props.payload } : {}),
+    // A one-time job that has fired keeps its function and alarms, so the stack still deploys.
+    if (!(this.analysedSchedule.kind === 'at' && this.analysedSchedule.passed)) {
+      this.schedule = new scheduler.Schedule(this, 'Schedule', {
+        description: `slotguard job ${job.id}`,
+        schedule: scheduler.ScheduleExpression.expression(
+          job.schedule.expression,
+          TimeZone.of(this.analysedSchedule.timeZone),
+        ),
+        scheduleGroup: this.scheduleGroup,
+        timeWindow: flexibleTimeWindow
+          ? scheduler.TimeWindow.flexible(flexibleTimeWindow)
+          : scheduler.TimeWindow.off(),
+        enabled: props.enabled ?? true,
+        target: new targets.LambdaInvoke(this.function, {
+          role: this.schedulerRole(),
+          input: scheduler.ScheduleTargetInput.fromObject({
+            jobId: job.id,
+            scheduledTime: scheduler.ContextAttribute.scheduledTime,
+            executionId: scheduler.ContextAttribute.executionId,
+            attemptNumber: scheduler.ContextAttribute.attemptNumber,
+            ...(props.payload ? { payload: props.payload } : {}),
+          }),
+          retryAttempts: retry.attempts,
+          maxEventAge: retry.maxEventAge,
+          deadLetterQueue: this.deadLetterQueue,
         }),
-        retryAttempts: retry.attempts,
-        maxEventAge: retry.maxEventAge,
-        deadLetterQueue: this.deadLetterQueue,
-      }),
-    });
+      });
+    }
 
     this.alarms = this.createAlarms(props);
   }
@@ -594,6 +600,15 @@ export class ScheduledJob extends Construct {
     const analysis = analyseSchedule(job.schedule, new Date(), {
       gapLimitMs: CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds * 1000,
     });
+    if (analysis.ok && analysis.schedule.kind === 'at' && analysis.schedule.passed) {
+      const { expression, timeZone, nextFire } = analysis.schedule;
+      Annotations.of(this).addWarningV2(
+        'slotguard:atInPast',
+        `job.schedule.expression ${JSON.stringify(expression)} (${timeZone}) of job '${job.id}' was due at ` +
+          `${windowOf(nextFire)}, before this synth: no EventBridge Scheduler schedule is created for it, so the ` +
+          'stack deploys; its function and alarms stay. Remove the job once it has run, or give it a future at() time',
+      );
+    }
     if (analysis.ok) return analysis.schedule;
     const prop = `job.schedule.${analysis.field}`;
     throw new InfraValidationError(this, prop, `${prop} ${analysis.problem}; ${analysis.fix}`);

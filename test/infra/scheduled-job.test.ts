@@ -90,8 +90,8 @@ describe('ScheduledJob refuses props that cannot work, naming the construct, the
     );
     expect(error.prop).toBe('job.schedule.timeZone');
     expect(error.message).toBe(
-      'ScheduledJob \'Test/job\': job.schedule.timeZone "Europe/Moskva" is not a time zone this Node.js knows (Intl); ' +
-        'use an IANA name such as "Europe/Moscow" or "UTC"',
+      'ScheduledJob \'Test/job\': job.schedule.timeZone "Europe/Moskva" is not a name in the IANA time zone database ' +
+        '(EventBridge Scheduler\'s); use an IANA name such as "Europe/Moscow", "America/New_York" or "UTC"',
     );
   });
 
