@@ -9,6 +9,7 @@ import type { Slot } from '../slot/slot.js';
 import type { Log } from '../telemetry/log.js';
 import { MetricName } from '../telemetry/metric-names.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
+import { safeErrorText } from '../telemetry/safe-error-text.js';
 import type { JobContext, JobDefinition } from './job-definition.js';
 import { JOB_DEFAULTS } from './job-spec.js';
 import { LeaseKeeper } from './lease-keeper.js';
@@ -383,6 +384,7 @@ function describeOutcome(outcome: Exclude<ClaimOutcome, { kind: 'claimed' }>): R
   }
 }
 
+/** Provider errors quote recipients; this text goes to logs and to the slot's stored lastError. */
 function errorText(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return safeErrorText(error);
 }
