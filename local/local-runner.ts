@@ -398,7 +398,9 @@ export class LocalRunner {
       name: `${delivery.name.split('/')[0]}/redelivery-${++run.redeliveries}`,
       event: delivery.event,
     };
-    this.#at(this.#clock.now() + leaseMs + 1_000, run.timers, () => {
+    // Past the lease and the takeover's clock-skew allowance (RunOptions.takeoverSkewMs).
+    const skewMs = this.#o.runOptions?.takeoverSkewMs ?? 2_000;
+    this.#at(this.#clock.now() + leaseMs + skewMs + 1_000, run.timers, () => {
       const takeover = this.#deliver(run, redelivery);
       if (fault.kind === 'pause')
         this.#track(

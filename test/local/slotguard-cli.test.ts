@@ -102,7 +102,7 @@ async function windowWithTwoInDoubt(time: string) {
     rerunInDoubt: false,
     now: clock.now(),
   });
-  await clock.advance(61_000);
+  await clock.advance(63_000);
   const report = await w.runner.fire(job, new Date(at(time)));
   expect(report).toMatchObject({ state: 'DONE', epoch: 2, inDoubt: 2, delivered: 1 });
   return { ...w, clock, slot, hashes };
