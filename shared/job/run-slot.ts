@@ -111,7 +111,7 @@ export interface RunOptions {
    * safety margin (12 s with the defaults); the effect ledger still sends nobody twice then. Lambda's
    * clocks are synchronised (Amazon Time Sync) to well under a second, so the default is small; a
    * larger allowance delays every takeover of a crashed run by as much.
-   * @default 2_000
+   * @default 2_000, or the lease's safety margin (a sixth of it) when that is shorter
    */
   readonly takeoverSkewMs?: number;
   /**
@@ -664,7 +664,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
     maxRunsWithoutProgress: options.maxRunsWithoutProgress ?? 3,
     effectRetry: { ...DEFAULT_EFFECT_RETRY, ...options.effectRetry },
     failureStreakLimit: options.failureStreakLimit ?? 10,
-    takeoverSkewMs: options.takeoverSkewMs ?? 2_000,
+    takeoverSkewMs: options.takeoverSkewMs ?? Math.min(2_000, Math.floor(leaseMs / 6)),
   };
   if (!Number.isFinite(leaseMs) || leaseMs < 1_000) {
     throw new ConfigurationError(
