@@ -210,7 +210,7 @@ export class PostgresExecutor {
    */
   async read<R extends QueryResultRow>(text: string, values: unknown[]): Promise<R[]> {
     await this.#checkConnectionTimeouts();
-    return this.#run((q) => q<R>(text, values), this.#timeouts.scope === 'transaction');
+    return this.#run((q) => q<R>(text, values), this.#timeouts.scope === 'transaction', false);
   }
 
   /** Several statements in one transaction, retried whole. */
@@ -219,13 +219,20 @@ export class PostgresExecutor {
     return this.#run(work, true);
   }
 
-  /** One call: its tries, the backoff between them and the wait for connections, all under one deadline. */
-  async #run<T>(work: (query: TransactionQuery) => Promise<T>, inTransaction: boolean): Promise<T> {
+  /**
+   * One call: its tries, the backoff between them and the wait for connections, all under one
+   * deadline. `writes` false: a COMMIT left unanswered cannot have changed anything.
+   */
+  async #run<T>(
+    work: (query: TransactionQuery) => Promise<T>,
+    inTransaction: boolean,
+    writes = true,
+  ): Promise<T> {
     const deadline = new CallDeadline(this.#timeouts.deadlineMs);
     try {
       for (let attempt = 1; ; attempt++) {
         try {
-          return await this.#attempt(deadline, work, inTransaction);
+          return await this.#attempt(deadline, work, inTransaction, writes);
         } catch (error) {
           if (deadline.error) throw deadline.error;
           if (attempt >= this.#attempts || !isTransient(error)) throw error;
@@ -242,6 +249,7 @@ export class PostgresExecutor {
     deadline: CallDeadline,
     work: (query: TransactionQuery) => Promise<T>,
     inTransaction: boolean,
+    writes: boolean,
   ): Promise<T> {
     deadline.awaiting = 'connection';
     const connecting = this.#pool.connect();
@@ -249,12 +257,13 @@ export class PostgresExecutor {
     try {
       client = await deadline.race(connecting);
     } catch (error) {
-      // A connection that arrives after the call gave up goes back to the pool unused.
-      if (deadline.error)
+      if (deadline.error) {
+        // A connection that arrives after the call gave up goes back to the pool unused.
         connecting.then(
           (late) => late.release(),
           () => {},
         );
+      }
       throw error;
     }
     let broken: Error | undefined;
@@ -283,7 +292,7 @@ export class PostgresExecutor {
       const result = await work(send);
       if (inTransaction) {
         deadline.awaiting = 'commit';
-        deadline.commitSent = true;
+        deadline.commitSent ||= writes;
         await send(COMMIT);
       }
       return result;
@@ -306,6 +315,7 @@ export class PostgresExecutor {
     this.#checked ??= (async () => {
       const [actual = {}] = await this.#run(
         (q) => q<Record<string, string>>(READ_SESSION_TIMEOUTS, []),
+        false,
         false,
       );
       for (const key of ['statementMs', 'lockMs', 'idleInTransactionMs'] as const) {
@@ -334,7 +344,7 @@ export class PostgresExecutor {
 class CallDeadline {
   /** What the call waits for now: what the error will say it was waiting for. */
   awaiting: AwaitedReply = 'connection';
-  /** A COMMIT was sent; whatever happened to its reply, the server may have committed. */
+  /** A writing COMMIT was sent; whatever happened to its reply, the server may have committed. */
   commitSent = false;
   /** Called once if the deadline passes, while set. */
   onPass: (() => void) | undefined;
