@@ -1,14 +1,18 @@
-import type { Clock } from '../../shared/clock.js';
+import type { Clock } from '../clock.js';
 
 /**
  * A clock tests move by hand. Timers fire, in order, only when `advance` passes them, so a test
- * decides exactly when a lease renews or expires; nothing sleeps.
+ * decides exactly when a lease renews or expires; nothing sleeps. Left alone, time stands still.
+ * @example
+ * const clock = new ManualClock(new Date('2026-11-30T06:00:00Z'));
+ * await clock.advance(60_000); // fires the lease renewals due in that minute, in order
  */
 export class ManualClock implements Clock {
   #now: number;
   #timers: { at: number; seq: number; fn: () => void }[] = [];
   #seq = 0;
 
+  /** @param start the time it shows until moved (milliseconds or a Date); default 2026-11-30T06:00:00Z */
   constructor(start: number | Date = Date.parse('2026-11-30T06:00:00Z')) {
     this.#now = typeof start === 'number' ? start : start.getTime();
   }
