@@ -1,10 +1,17 @@
 import { Cron } from 'croner';
-import { type Clock, systemClock } from '../../shared/clock.js';
-import type { JobDefinition } from '../../shared/job/job-definition.js';
-import { type RunOptions, type RunResult, runSlot, type SlotBackend } from '../../shared/job/run-slot.js';
-import { windowOf } from '../../shared/slot/slot.js';
-import type { Log } from '../../shared/telemetry/log.js';
-import { emfMetrics, type JobMetrics } from '../../shared/telemetry/metrics.js';
+import {
+  type Clock,
+  emfMetrics,
+  type JobDefinition,
+  type JobMetrics,
+  type Log,
+  type RunOptions,
+  type RunResult,
+  runSlot,
+  type SlotBackend,
+  systemClock,
+  windowOf,
+} from 'slotguard';
 
 /** A croner schedule: a 5- or 6-field cron pattern and its time zone. */
 export interface ReplicaSchedule {
