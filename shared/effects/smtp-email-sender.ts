@@ -2,6 +2,7 @@ import nodemailer from 'nodemailer';
 import { EffectNotPerformedError } from '../errors.js';
 import type { EmailMessage, EmailSender } from './email-sender.js';
 
+/** Options of `smtpSender`: the SMTP server and the From address. */
 export interface SmtpSenderOptions {
   readonly host: string;
   readonly port: number;

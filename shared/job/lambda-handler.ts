@@ -13,6 +13,7 @@ export interface InvocationContext {
   getRemainingTimeInMillis(): number;
 }
 
+/** What `createJobHandler` runs a job with: the backend, metrics, log, clock and run options. */
 export interface JobHandlerDeps {
   /** The backend, or a function that builds it once on first use (cold start). */
   readonly backend: SlotBackend | (() => Promise<SlotBackend>);

@@ -94,6 +94,7 @@ export type RunResult =
       readonly error: unknown;
     };
 
+/** What `runSlot` runs: the job, its backend, clock, metrics and log, for one slot and delivery. */
 export interface RunSlotArgs {
   readonly job: JobDefinition;
   readonly backend: SlotBackend;

@@ -31,6 +31,7 @@ export interface Delivery {
   readonly backfilled?: boolean;
 }
 
+/** What a claim asks for: the owner token, the lease and the record's retention. */
 export interface LeaseRequest {
   /** A token unique to this invocation (not to the event: duplicates repeat the event). */
   readonly owner: string;
@@ -70,6 +71,7 @@ export interface RunSummary {
   readonly epoch: number;
 }
 
+/** What a claim came to; losing the race is an answer, not an error. */
 export type ClaimOutcome =
   | { readonly kind: 'claimed'; readonly claim: Claim; readonly previousHolder?: string }
   | { readonly kind: 'held'; readonly holder: string; readonly epoch: number; readonly leaseEndsAt: number }
@@ -113,6 +115,7 @@ export interface SlotRecord {
   readonly expiresAtSeconds: number;
 }
 
+/** The slot half of a backend: one conditional write per claim, renewal, completion or release. */
 export interface ClaimStore {
   /**
    * Claims the slot in one conditional write: granted when it is new, RELEASED, or RUNNING under an
@@ -133,6 +136,7 @@ export interface ClaimStore {
 export const EffectState = { Reserved: 'RESERVED', Done: 'DONE' } as const;
 export type EffectState = (typeof EffectState)[keyof typeof EffectState];
 
+/** What reserving one effect came to. */
 export type ReserveOutcome =
   /** Ours to perform (new, our own lost-response retry, or a re-run of an in-doubt one by policy). */
   | { readonly kind: 'reserved'; readonly rerun: boolean }
@@ -143,6 +147,7 @@ export type ReserveOutcome =
   /** Reserved by a later epoch: we have been fenced out; reserve nothing more. */
   | { readonly kind: 'fenced'; readonly epoch: number };
 
+/** One effect as stored: its hashed key, state and the epoch and owner that reserved it. */
 export interface EffectRecord {
   readonly keyHash: string;
   readonly state: EffectState;
@@ -150,6 +155,7 @@ export interface EffectRecord {
   readonly owner: string;
 }
 
+/** The effect half of a backend: one conditional reservation per effect, marked done after it. */
 export interface EffectLedger {
   /**
    * Reserves one effect with a conditional put (only if absent), stamped with the claim's epoch
