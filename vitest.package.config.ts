@@ -2,9 +2,10 @@ import { defineConfig } from 'vitest/config';
 
 /**
  * `npm run test:package`: the package as users get it (npm pack, a CDK app outside the repository).
- * Apart from `npm test` because it packs twice, typechecks and synthesises through the CDK CLI: a
- * couple of minutes on two cores. CI runs both (.ci/run). Nothing here imports `slotguard` by name:
- * the test drives the packed package in child processes.
+ * Apart from `npm test`: it builds the package twice, typechecks and synthesises through the CDK
+ * CLI, about 30 s on a quiet two-core machine and two minutes on a busy one, and its builds would
+ * compete with the suite's servers for the same cores. CI runs both (.ci/run). Nothing here imports
+ * `slotguard` by name: the test drives the packed package in child processes.
  */
 export default defineConfig({
   test: {

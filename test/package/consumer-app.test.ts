@@ -7,12 +7,13 @@ import {
   readdirSync,
   readFileSync,
   realpathSync,
+  rmSync,
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { offlineEnvironment } from '../helpers/offline-environment.js';
 import { REPOSITORY_ROOT } from '../infra/fixtures.js';
 
@@ -230,11 +231,12 @@ describe('the packed package', () => {
 });
 
 describe('a CDK app outside the repository, on the packed package', () => {
+  let work: string;
   let app: string;
   let manifest: PackageJson;
 
   beforeAll(() => {
-    const work = mkdtempSync(join(tmpdir(), 'slotguard-consumer-'));
+    work = mkdtempSync(join(tmpdir(), 'slotguard-consumer-'));
     const packed = pack(['--pack-destination', work]);
     app = join(work, 'app');
     mkdirSync(join(app, 'node_modules/slotguard'), { recursive: true });
@@ -281,6 +283,8 @@ describe('a CDK app outside the repository, on the packed package', () => {
     // NodejsFunction (and so ScheduledJob) finds the project by its lock file.
     writeFileSync(join(app, 'package-lock.json'), JSON.stringify({ name: 'digest-app', lockfileVersion: 3 }));
   }, 120_000);
+  // Links are removed, never followed: the repository's node_modules stays as it is.
+  afterAll(() => rmSync(work, { recursive: true, force: true }));
 
   it("typechecks the app's job, handler and CDK app against the package's declarations", () => {
     const checked = run('npx', ['--no-install', 'tsc', '-p', '.'], app);
@@ -311,7 +315,7 @@ describe('a CDK app outside the repository, on the packed package', () => {
     const bundle = readFileSync(join(asset, 'index.mjs'), 'utf8');
     expect(bundle).toContain('SLOTGUARD_SES_FROM');
     expect(bundle).not.toContain('Client has already been connected'); // pg's code: DynamoDB only
-    const loadDir = mkdtempSync(join(tmpdir(), 'slotguard-consumer-load-'));
+    const loadDir = mkdtempSync(join(work, 'load-'));
     copyFileSync(join(asset, 'index.mjs'), join(loadDir, 'index.mjs'));
     // Lambda's runtime provides @aws-sdk/*; the app's node_modules stands in for it.
     symlinkSync(join(app, 'node_modules'), join(loadDir, 'node_modules'));
