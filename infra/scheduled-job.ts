@@ -1,6 +1,3 @@
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { isAbsolute, join, relative } from 'node:path';
 import { Annotations, Arn, Duration, RemovalPolicy, Stack, TimeZone, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -19,8 +16,10 @@ import { describe, JOB_ID_PATTERN, windowOf } from '../shared/slot/slot.js';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
 import type { ClaimsBackend } from './claims-backend.js';
 import { sharedEffectKeySecret } from './effect-key-secret.js';
+import { locateHandlerEntry } from './handler-entry.js';
 import { InfraValidationError } from './infra-validation-error.js';
 import { CLOUDWATCH_ALARM_LIMITS, missedRunWindow } from './missed-run-window.js';
+import { BUNDLING_CONDITIONS } from './package-source.js';
 
 /** How EventBridge Scheduler and Lambda retry a fire that did not get through. */
 export interface ScheduleRetryPolicy {
@@ -126,10 +125,18 @@ export interface ScheduledJobProps {
    */
   readonly logRetention?: logs.RetentionDays;
   /**
-   * The directory `job.entry` is relative to, holding package-lock.json and node_modules.
-   * @default process.cwd(), the directory the CDK app runs in
+   * The directory `job.entry` is relative to, holding the lock file and node_modules; esbuild runs
+   * there. As NodejsFunction's `projectRoot`.
+   * @default the directory of the lock file (`depsLockFilePath`, or the nearest lock file from the
+   * directory the CDK app runs in upwards)
    */
   readonly projectRoot?: string;
+  /**
+   * The project's lock file (package-lock.json, yarn.lock, pnpm-lock.yaml or bun.lock). As
+   * NodejsFunction's `depsLockFilePath`.
+   * @default the nearest lock file from `projectRoot` (else the directory the CDK app runs in) upwards
+   */
+  readonly depsLockFilePath?: string;
   /**
    * Whether the schedule fires.
    * @default true
@@ -226,7 +233,12 @@ export class ScheduledJob extends Construct {
     );
     const memorySize = this.validateMemory(props.memorySize ?? DEFAULT_MEMORY_MB);
     const ses = props.ses && this.validateSes(props.ses);
-    const entry = this.validateEntry(props.projectRoot ?? process.cwd(), job.entry);
+    const entry = locateHandlerEntry(this, {
+      entry: job.entry,
+      projectRoot: props.projectRoot,
+      depsLockFilePath: props.depsLockFilePath,
+      cwd: process.cwd(),
+    });
     this.registerJobId(job.id);
 
     this.deadLetterQueue =
@@ -260,7 +272,7 @@ export class ScheduledJob extends Construct {
       description: `slotguard: ${job.description}`.slice(0, 256),
       entry: entry.path,
       projectRoot: entry.projectRoot,
-      ...(entry.lockFile ? { depsLockFilePath: entry.lockFile } : {}),
+      depsLockFilePath: entry.lockFile,
       handler: 'handler',
       runtime: lambda.Runtime.NODEJS_24_X,
       architecture: lambda.Architecture.ARM_64,
@@ -292,8 +304,12 @@ export class ScheduledJob extends Construct {
           : {}),
       },
       bundling: {
-        // Never Docker: validateEntry has checked that esbuild is installed locally.
+        // Never Docker: locateHandlerEntry has checked that esbuild is installed locally.
         forceDockerBundling: false,
+        // `slotguard` in the handler resolves to the same form as this construct: sources or compiled.
+        ...(BUNDLING_CONDITIONS.length
+          ? { esbuildArgs: { '--conditions': BUNDLING_CONDITIONS.join(',') } }
+          : {}),
         minify: true,
         sourceMap: true,
         format: nodejs.OutputFormat.ESM,
@@ -692,32 +708,6 @@ export class ScheduledJob extends Construct {
       );
     }
     return value;
-  }
-
-  /** The entry must exist under the project root, and esbuild must be installed: never fall back to Docker. */
-  private validateEntry(projectRoot: string, entry: string) {
-    const path = isAbsolute(entry) ? entry : join(projectRoot, entry);
-    if (relative(projectRoot, path).startsWith('..') || !existsSync(path)) {
-      throw new InfraValidationError(
-        this,
-        'job.entry',
-        `job.entry ${describe(entry)} is not a file under the project root ${JSON.stringify(projectRoot)}; ` +
-          'give the handler module relative to the repository root, or set projectRoot',
-      );
-    }
-    try {
-      createRequire(join(projectRoot, 'package.json')).resolve('esbuild');
-    } catch (cause) {
-      throw new InfraValidationError(
-        this,
-        'projectRoot',
-        `esbuild is not installed under ${JSON.stringify(projectRoot)}; run \`npm install --save-dev esbuild\` ` +
-          '(slotguard bundles with the local esbuild, never in Docker)',
-        { cause },
-      );
-    }
-    const lockFile = join(projectRoot, 'package-lock.json');
-    return { path, projectRoot, lockFile: existsSync(lockFile) ? lockFile : undefined };
   }
 
   private registerJobId(jobId: string): void {

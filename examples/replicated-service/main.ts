@@ -1,13 +1,8 @@
 import { hostname } from 'node:os';
+import { type Clock, type EmailSender, hmacEffectKeys, jsonLog, parseSchedule, windowOf } from 'slotguard';
+import { createPostgresPool, migrate, postgresBackend } from 'slotguard/postgres';
 import { WEEKLY_REPORT_JOB_ID, weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
-import { createPostgresPool, migrate, postgresBackend } from '../../shared/backends/postgres/index.js';
-import type { Clock } from '../../shared/clock.js';
-import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
-import type { EmailSender } from '../../shared/effects/email-sender.js';
-import { parseSchedule } from '../../shared/schedule/schedule-expression.js';
-import { windowOf } from '../../shared/slot/slot.js';
-import { jsonLog } from '../../shared/telemetry/log.js';
 import { ScheduledReplica } from './scheduled-replica.js';
 
 /**
@@ -15,7 +10,7 @@ import { ScheduledReplica } from './scheduled-replica.js';
  * window's weekly report goes out once:
  *
  *   DATABASE_URL=postgres://… SLOTGUARD_EFFECT_KEY_SECRET=$(openssl rand -hex 16) \
- *   REPLICA_NAME=a SCHEDULE='cron(* * * * ? *)' node --import tsx examples/replicated-service/main.ts
+ *   REPLICA_NAME=a SCHEDULE='cron(* * * * ? *)' node --import tsx --conditions=slotguard-source examples/replicated-service/main.ts
  *
  * Environment: DATABASE_URL (else the PG* variables), SLOTGUARD_EFFECT_KEY_SECRET (16+ bytes),
  * REPLICA_NAME (default the host name), SCHEDULE (an EventBridge Scheduler expression, default

@@ -1,11 +1,19 @@
-import { type Clock, scheduleAt, systemClock } from '../../shared/clock.js';
-import type { JobDefinition } from '../../shared/job/job-definition.js';
-import type { ScheduleSpec } from '../../shared/job/job-spec.js';
-import { type RunOptions, type RunResult, runSlot, type SlotBackend } from '../../shared/job/run-slot.js';
-import { JobSchedule } from '../../shared/schedule/fire-times.js';
-import { windowOf } from '../../shared/slot/slot.js';
-import type { Log } from '../../shared/telemetry/log.js';
-import { emfMetrics, type JobMetrics } from '../../shared/telemetry/metrics.js';
+import {
+  type Clock,
+  emfMetrics,
+  type JobDefinition,
+  type JobMetrics,
+  JobSchedule,
+  type Log,
+  type RunOptions,
+  type RunResult,
+  runSlot,
+  type ScheduleSpec,
+  type SlotBackend,
+  scheduleAt,
+  systemClock,
+  windowOf,
+} from 'slotguard';
 
 /** Options of a ScheduledReplica. */
 export interface ScheduledReplicaOptions {

@@ -1,6 +1,4 @@
-import type { EmailSender } from '../../shared/effects/email-sender.js';
-import type { ResumableSource } from '../../shared/effects/resumable-source.js';
-import { defineJob, type JobDefinition } from '../../shared/job/job-definition.js';
+import { defineJob, type EmailSender, type JobDefinition, type ResumableSource } from 'slotguard';
 import type { Customer } from './recipients.js';
 
 export const WEEKLY_REPORT_JOB_ID = 'weekly-report';

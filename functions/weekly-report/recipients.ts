@@ -1,4 +1,4 @@
-import { type ResumableSource, resumableSource } from '../../shared/effects/resumable-source.js';
+import { type ResumableSource, resumableSource } from 'slotguard';
 
 /** A customer who gets the weekly report. */
 export interface Customer {

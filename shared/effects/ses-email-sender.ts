@@ -14,7 +14,8 @@ export interface SesEmailSenderOptions {
   /**
    * The SES v2 client. Keep its retries off (`maxAttempts: 1`): the SDK retries timeouts and
    * dropped connections, and a retried SendEmail whose first response was lost sends twice.
-   * @default a new SESv2Client with maxAttempts 1, for the region of the environment
+   * @default a new SESv2Client with maxAttempts 1, for the region of the environment, created on the
+   * first send
    */
   readonly client?: SESv2Client;
   /**
@@ -54,13 +55,15 @@ export interface SesEmailSenderOptions {
  * await ctx.once(`weekly-report:${customer.id}`, () => sender.send({ to: customer.email, subject, text }));
  */
 export class SesEmailSender implements EmailSender {
-  readonly #client: SESv2Client;
+  // Created on the first send, not at cold start: a run that sends nothing (a duplicate fire, a
+  // window already done) never pays for an SES client.
+  #client: SESv2Client | undefined;
   readonly #fromAddress: string;
   readonly #limiter: RateLimiter;
   readonly #configurationSetName: string | undefined;
 
   constructor(options: SesEmailSenderOptions) {
-    this.#client = options.client ?? defaultSesClient();
+    this.#client = options.client;
     this.#fromAddress = options.fromAddress;
     this.#limiter =
       options.rateLimiter ??
@@ -122,6 +125,7 @@ export class SesEmailSender implements EmailSender {
       ...(this.#configurationSetName ? { ConfigurationSetName: this.#configurationSetName } : {}),
     });
     try {
+      this.#client ??= defaultSesClient();
       await this.#client.send(command);
     } catch (error) {
       throw classifySesError(error) ?? withoutAddresses(error);

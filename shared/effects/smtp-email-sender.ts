@@ -3,7 +3,7 @@ import { EffectNotPerformedError, NotPerformedReason } from '../errors.js';
 import { safeErrorText, withoutAddresses } from '../telemetry/safe-error-text.js';
 import type { EmailMessage, EmailSender } from './email-sender.js';
 
-/** Options of `smtpSender`. */
+/** Options of `smtpSender`: the SMTP server and the From address. */
 export interface SmtpSenderOptions {
   /** The server's host name or address. */
   readonly host: string;

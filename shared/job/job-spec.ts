@@ -9,7 +9,7 @@ export interface JobSpec {
   /** One line for dashboards and `--help`. */
   readonly description: string;
   readonly schedule: ScheduleSpec;
-  /** The handler module, relative to the repository root (exports `handler`). */
+  /** The handler module (exports `handler`): absolute, or relative to ScheduledJob's project root. */
   readonly entry: string;
   /**
    * The lease a run holds on its slot; renewed in the background while it runs.

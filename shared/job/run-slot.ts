@@ -177,6 +177,7 @@ export type RunResult =
       readonly slotState: 'RELEASED' | 'FAILED' | 'fenced';
     };
 
+/** What `runSlot` runs: the job, its backend, clock, metrics and log, for one slot and delivery. */
 export interface RunSlotArgs {
   readonly job: JobDefinition;
   readonly backend: SlotBackend;
@@ -346,7 +347,7 @@ interface RunState {
 
 async function finish(run: RunState, jobError: unknown): Promise<RunResult> {
   const { args, claim, lease, effects, checkpointer } = run;
-  const { backend, clock, metrics, log, slot } = args;
+  const { backend, clock, log, slot } = args;
   const summary = effects.summary();
   const context = { window: slot.window, ...summary, inDoubtKeys: undefined, failedKeys: undefined };
   if (lease.signal.aborted || effects.stopReason === 'lease-lost') {
@@ -573,7 +574,7 @@ async function stateAfterFailure(store: ClaimStore, slot: Slot): Promise<'RELEAS
 }
 
 function jobContext(run: RunState): JobContext {
-  const { args, claim, lease, effects, checkpointer, o } = run;
+  const { args, claim, lease, effects, o } = run;
   return {
     slot: args.slot,
     scheduledTime: new Date(args.slot.window),

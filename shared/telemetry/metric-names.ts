@@ -7,6 +7,7 @@ export const METRICS_NAMESPACE = 'Slotguard';
 /** The one dimension every slotguard metric carries. */
 export const JOB_ID_DIMENSION = 'JobId';
 
+/** The metrics slotguard emits, in namespace `Slotguard` with the one dimension `JobId`. */
 export const MetricName = {
   /** A fire won its slot (new, takeover or retry). The missed-run alarm watches for its absence. */
   ClaimAcquired: 'ClaimAcquired',

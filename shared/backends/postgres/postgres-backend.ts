@@ -6,10 +6,10 @@ import type { SlotBackend } from '../../job/run-slot.js';
 import { assertLeaseClock, type LeaseClock, PostgresClaimStore } from './postgres-claim-store.js';
 import { PostgresEffectLedger } from './postgres-effect-ledger.js';
 import { PostgresExecutor, type PostgresTimeouts, resolveTimeouts } from './postgres-executor.js';
+import { DEFAULT_SCHEMA } from './postgres-settings.js';
 import { assertSchemaName, sqlFor } from './sql.js';
 
-/** The schema slotguard uses when none is named. */
-export const DEFAULT_SCHEMA = 'slotguard';
+export { DEFAULT_SCHEMA };
 
 /** Options of postgresBackend. */
 export interface PostgresBackendOptions {

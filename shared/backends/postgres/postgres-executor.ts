@@ -1,5 +1,6 @@
 import type { Pool, PoolClient, QueryResultRow } from 'pg';
 import { ConfigurationError } from '../../errors.js';
+import { DEFAULT_TIMEOUTS } from './postgres-settings.js';
 import {
   beginTransaction,
   COMMIT,
@@ -62,14 +63,7 @@ export interface PostgresTimeouts {
 /** Timeouts with every default filled in and checked. */
 export type ResolvedTimeouts = Required<PostgresTimeouts>;
 
-/** The defaults: a few seconds, for leases of a minute. */
-export const DEFAULT_TIMEOUTS: ResolvedTimeouts = {
-  statementMs: 5_000,
-  lockMs: 2_000,
-  idleInTransactionMs: 5_000,
-  deadlineMs: 5_000,
-  scope: 'transaction',
-};
+export { DEFAULT_TIMEOUTS };
 
 /**
  * Fills in and validates timeouts; the error names the value and the fix. The deadline defaults to
