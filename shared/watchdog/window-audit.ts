@@ -132,12 +132,8 @@ export interface WindowAudit {
  * @example const audit = await auditWindows({ jobId, schedule, deadlineMs, graceMs, lookbackMs, now: Date.now(), claims });
  */
 export async function auditWindows(args: AuditWindowsArgs): Promise<WindowAudit> {
-  const { jobId, now, graceMs, deadlineMs, lookbackMs } = args;
-  checkInputs(args);
-  const schedule = scheduleOf(args);
-  const from = Math.max(now - lookbackMs, args.notBefore ?? Number.NEGATIVE_INFINITY);
-  const fires = schedule.firesBetween(from, now + 1, AUDIT_LIMITS.maxWindows + 1);
-  if (fires.length > AUDIT_LIMITS.maxWindows) throw tooManyWindows(args, schedule, from, fires);
+  const { jobId, now, graceMs, deadlineMs } = args;
+  const { schedule, from, fires } = planAudit(args);
 
   const windows: AuditedWindow[] = new Array(fires.length);
   await drainConcurrently(
@@ -164,6 +160,27 @@ export async function auditWindows(args: AuditWindowsArgs): Promise<WindowAudit>
     windows,
     counts,
   };
+}
+
+/** What an audit will read: the schedule, the first instant audited, and the windows in between. */
+export interface AuditPlan {
+  readonly schedule: JobSchedule;
+  readonly from: number;
+  readonly fires: readonly Date[];
+}
+
+/**
+ * Checks an audit's inputs and lists the windows it would read, without reading any: a caller can
+ * refuse a bad input before it connects to a store.
+ * @throws AuditInputError for an input that cannot work
+ */
+export function planAudit(args: Omit<AuditWindowsArgs, 'claims'>): AuditPlan {
+  checkInputs(args);
+  const schedule = scheduleOf(args);
+  const from = Math.max(args.now - args.lookbackMs, args.notBefore ?? Number.NEGATIVE_INFINITY);
+  const fires = schedule.firesBetween(from, args.now + 1, AUDIT_LIMITS.maxWindows + 1);
+  if (fires.length > AUDIT_LIMITS.maxWindows) throw tooManyWindows(args, schedule, from, fires);
+  return { schedule, from, fires };
 }
 
 /**
@@ -250,7 +267,7 @@ function summaryText(record: SlotRecord): string {
   return `: ${s.done} done, ${s.inDoubt} in doubt, ${s.failed} failed over ${s.runs} runs`;
 }
 
-function checkInputs(args: AuditWindowsArgs): void {
+function checkInputs(args: Omit<AuditWindowsArgs, 'claims'>): void {
   try {
     assertJobId(args.jobId);
   } catch (cause) {
@@ -292,7 +309,7 @@ function checkInputs(args: AuditWindowsArgs): void {
   }
 }
 
-function scheduleOf(args: AuditWindowsArgs): JobSchedule {
+function scheduleOf(args: Omit<AuditWindowsArgs, 'claims'>): JobSchedule {
   try {
     return new JobSchedule(args.schedule, args.rateStart !== undefined ? { rateStart: args.rateStart } : {});
   } catch (cause) {
@@ -307,7 +324,7 @@ function scheduleOf(args: AuditWindowsArgs): JobSchedule {
 }
 
 function tooManyWindows(
-  args: AuditWindowsArgs,
+  args: Omit<AuditWindowsArgs, 'claims'>,
   schedule: JobSchedule,
   from: number,
   fires: readonly Date[],
