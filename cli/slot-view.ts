@@ -36,17 +36,20 @@ export interface SlotView {
   readonly summary?: WindowSummary;
   /** The last run's error; for a STUCK window, why continuation gave up. */
   readonly lastError?: string;
-  /** When the window must be finished (absent on records older than deadlines). */
+  /** When the window must be finished. @default absent: no record, or one written before deadlines */
   readonly deadline?: string;
   /** Not finished (RUNNING or RELEASED) and its deadline has passed. */
   readonly pastDeadline: boolean;
-  /** RELEASED and waiting for refused effects' retries: not claimable before this. */
+  /** RELEASED and waiting for refused effects' retries: not claimable before this. @default absent: not waiting */
   readonly resumeAfter?: string;
-  /** Where the next run resumes each resumable source, and whether the walk reached its end. */
+  /**
+   * Where the next run resumes each resumable source, and whether the walk reached its end.
+   * @default absent: no run left one (the next run walks from the start)
+   */
   readonly checkpoint?: Checkpoint;
-  /** The holder's counts at its last checkpoint: its run so far. */
+  /** The holder's counts at its last checkpoint: its run so far. @default absent: no checkpoint yet */
   readonly progress?: RunSummary;
-  /** Consecutive runs that ended with work left and nothing achieved (STUCK at 3 by default). */
+  /** Consecutive runs that ended with work left and nothing achieved (STUCK at 3). @default absent: no record */
   readonly runsWithoutProgress?: number;
   readonly effects: {
     readonly done: readonly string[];
@@ -71,7 +74,7 @@ export interface FailedEffect {
   readonly attempts: number;
   /** Why it was last refused (throttled, rejected, quota…). */
   readonly reason: string;
-  /** Its next retry, when a run will still make one; absent: failed for good. */
+  /** Its next retry, when a run will still make one. @default absent: failed for good */
   readonly retryAt?: string;
 }
 

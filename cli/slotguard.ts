@@ -21,7 +21,7 @@ type OptionSpec = {
   readonly type: 'string' | 'boolean';
   readonly help: string;
   readonly value?: string;
-  /** May be given more than once (`--key A --key B`). */
+  /** May be given more than once (`--key A --key B`). @default false */
   readonly multiple?: boolean;
 };
 
@@ -245,7 +245,8 @@ const COMMANDS: readonly Command[] = [
       "Runs the windows of the range that were due and have no slot record, as the job's catch-up policy\n" +
       'says (skip, once: the latest, all; within its maximum lateness), and delivers again the ones left\n' +
       'unfinished (RELEASED, or RUNNING under a lease that ended). Each run carries its original scheduled\n' +
-      'time and backfilled: true (recorded on the slot). Windows already DONE, FAILED or running stand.\n\n' +
+      'time and backfilled: true (recorded on the slot). Windows already DONE, FAILED or running stand, and\n' +
+      'so do PARTIAL and STUCK ones: re-drive those (effects redrive).\n\n' +
       'Locally (the state directory or --endpoint) the job runs in this process, one window at a time,\n' +
       'through the same handler as deployed; mail goes to --smtp, else the running serve, else an SMTP\n' +
       'server started for it. Against AWS, --function invokes the deployed function asynchronously\n' +

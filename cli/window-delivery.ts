@@ -16,11 +16,20 @@ import type { CommandContext } from './command.js';
 /** One window to deliver, and what became of its delivery (filled in by deliverWindows). */
 export interface WindowDelivery {
   readonly window: Date;
-  /** One line for the table: `queued (202)`, `DONE epoch 2; effects 3 done, 0 in doubt`. */
+  /**
+   * One line for the table: `queued (202)`, `DONE epoch 2; effects 3 done, 0 in doubt`.
+   * @default unset until the window is delivered
+   */
   result?: string;
-  /** In-process deliveries: the window's report, counted from the store and the SMTP server. */
+  /**
+   * In-process deliveries: the window's report, counted from the store and the SMTP server.
+   * @default unset (and never set by an invoke)
+   */
   report?: WindowReport;
-  /** Queued (AWS), or finished DONE (in process). */
+  /**
+   * Queued (AWS), or finished DONE (in process).
+   * @default unset until the window is delivered
+   */
   ok?: boolean;
 }
 

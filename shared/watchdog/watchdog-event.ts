@@ -33,6 +33,7 @@ export interface WatchdogEvent {
    * `rate()` jobs only, and required for them: the instant (ISO 8601) the job's Scheduler schedule
    * counts from, its StartDate. Without it the watchdog cannot know which windows a rate() schedule
    * produced.
+   * @default none: refused for a rate() schedule, unused by cron() and at()
    */
   readonly rateStart?: string;
   /**
@@ -53,7 +54,9 @@ export interface WatchdogRequest {
   readonly deadlineMs: number;
   readonly graceMs: number;
   readonly lookbackMs: number;
+  /** See WatchdogEvent.rateStart, in epoch ms. @default absent (cron() and at() schedules) */
   readonly rateStart?: number;
+  /** See WatchdogEvent.notBefore, in epoch ms. @default absent: the whole lookback is judged */
   readonly notBefore?: number;
 }
 
