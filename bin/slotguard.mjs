@@ -1,10 +1,26 @@
 #!/usr/bin/env node
-// The operator CLI's entry point (`npx slotguard`): registers tsx so Node loads the TypeScript
-// sources as they are, then runs cli/slotguard.ts with the process's streams.
-import { register } from 'tsx/esm/api';
+// The operator CLI's entry point (`npx slotguard`). An installed package runs the compiled CLI in
+// dist/ on plain Node. A checkout of slotguard's repository runs its TypeScript sources instead,
+// through tsx (a development dependency), with `slotguard` resolving to the sources as everywhere
+// in the repository (docs/packaging.md); the package ships no .ts files, so it never takes this path.
+import { existsSync } from 'node:fs';
+import { register } from 'node:module';
 
 // Lambda runs Node 22; on a Node 20 operator machine the SDK's upgrade notice would bury the output.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
-register();
-const { main } = await import('../cli/slotguard.ts');
-process.exitCode = await main(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr });
+
+const source = new URL('../cli/slotguard.ts', import.meta.url);
+let cli;
+if (existsSync(source)) {
+  const tsx = await import('tsx/esm/api');
+  tsx.register();
+  // Registered after tsx, so it runs first: adds the source condition to every resolution.
+  register(
+    'data:text/javascript,export function resolve(specifier, context, next) {' +
+      ' return next(specifier, { ...context, conditions: [...context.conditions, "slotguard-source"] }); }',
+  );
+  cli = await import(source.href);
+} else {
+  cli = await import('../dist/cli/slotguard.js');
+}
+process.exitCode = await cli.main(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr });

@@ -1,4 +1,4 @@
-import type { JobSpec } from '../shared/job/job-spec.js';
+import type { JobSpec } from 'slotguard';
 
 /**
  * Every job this app deploys. The CDK app (infra/app.ts) synthesises one ScheduledJob per entry and

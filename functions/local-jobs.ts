@@ -1,7 +1,4 @@
-import type { EmailSender } from '../shared/effects/email-sender.js';
-import { ConfigurationError } from '../shared/errors.js';
-import type { JobDefinition } from '../shared/job/job-definition.js';
-import type { JobSpec } from '../shared/job/job-spec.js';
+import { ConfigurationError, type EmailSender, type JobDefinition, type JobSpec } from 'slotguard';
 import { jobCatalog } from './catalog.js';
 import { PAYMENT_REMINDER_JOB_ID, paymentReminderJob, syntheticDueInvoices } from './payment-reminder/job.js';
 import { WEEKLY_REPORT_JOB_ID, weeklyReportJob } from './weekly-report/job.js';

@@ -3,10 +3,8 @@ import { App, Stack, Validations } from 'aws-cdk-lib';
 import * as actions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import { AwsSolutionsChecks } from 'cdk-nag';
+import { ClaimsTable, ScheduledJob, SlotguardDashboard } from 'slotguard/cdk';
 import { jobCatalog } from '../functions/catalog.js';
-import { ClaimsTable } from './claims-table.js';
-import { ScheduledJob } from './scheduled-job.js';
-import { SlotguardDashboard } from './slotguard-dashboard.js';
 
 /** The repository root: job entries in the catalog are relative to it. */
 const REPOSITORY_ROOT = fileURLToPath(new URL('..', import.meta.url));

@@ -1,4 +1,3 @@
-import { fileURLToPath } from 'node:url';
 import { Annotations, Arn, ArnFormat, Stack, Token, Tokenization } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -6,21 +5,25 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as rds from 'aws-cdk-lib/aws-rds';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { Construct, type IConstruct } from 'constructs';
-import { assertSchemaName, DEFAULT_SCHEMA, DEFAULT_TIMEOUTS } from '../shared/backends/postgres/index.js';
+// Not the backend's index: that loads `pg`, which a CDK app need not have installed.
+import {
+  assertSchemaName,
+  DEFAULT_SCHEMA,
+  DEFAULT_TIMEOUTS,
+} from '../shared/backends/postgres/postgres-settings.js';
 import { ConfigurationError } from '../shared/errors.js';
 import type { JobSpec } from '../shared/job/job-spec.js';
 import { BACKEND_ENV, BackendKind, PostgresRuntimeEnv } from '../shared/job/runtime-env.js';
 import { describe } from '../shared/slot/slot.js';
 import type { ClaimsBackend, ClaimsBackendFunctionOptions } from './claims-backend.js';
 import { InfraValidationError } from './infra-validation-error.js';
+import { runtimeModulePath } from './package-source.js';
 
 /**
  * The runtime half of the Postgres backend, injected into the bundle of every function that uses
  * PostgresClaims (see shared/job/lambda-environment-postgres.ts for why it is not imported).
  */
-export const POSTGRES_RUNTIME_MODULE = fileURLToPath(
-  new URL('../shared/job/lambda-environment-postgres.ts', import.meta.url),
-);
+export const POSTGRES_RUNTIME_MODULE = runtimeModulePath('shared/job/lambda-environment-postgres');
 
 /**
  * The Amazon CA bundle of the Lambda Node.js runtimes (20 and later), which no longer load it by

@@ -1,6 +1,3 @@
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { isAbsolute, join, relative } from 'node:path';
 import { Annotations, Arn, Duration, RemovalPolicy, Stack, TimeZone, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -21,11 +18,12 @@ import {
 } from '../shared/job/job-spec.js';
 import { RuntimeEnv } from '../shared/job/runtime-env.js';
 import { type AnalysedSchedule, analyseSchedule } from '../shared/schedule/schedule-analysis.js';
-import { describe, JOB_ID_PATTERN } from '../shared/slot/slot.js';
+import { describe, JOB_ID_PATTERN, windowOf } from '../shared/slot/slot.js';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
 import type { ClaimsBackend } from './claims-backend.js';
 import { CLOUDWATCH_ALARM_LIMITS } from './cloudwatch-limits.js';
 import { sharedEffectKeySecret } from './effect-key-secret.js';
+import { locateHandlerEntry } from './handler-entry.js';
 import { InfraValidationError } from './infra-validation-error.js';
 import { ALARM_PAGING, type AlarmKey } from './paging.js';
 import { rateAsUtcCron } from './rate-as-cron.js';
@@ -147,10 +145,18 @@ export interface ScheduledJobProps {
    */
   readonly logRetention?: logs.RetentionDays;
   /**
-   * The directory `job.entry` is relative to, holding package-lock.json and node_modules.
-   * @default process.cwd(), the directory the CDK app runs in
+   * The directory `job.entry` is relative to, holding the lock file and node_modules; esbuild runs
+   * there. As NodejsFunction's `projectRoot`.
+   * @default the directory of the lock file (`depsLockFilePath`, or the nearest lock file from the
+   * directory the CDK app runs in upwards)
    */
   readonly projectRoot?: string;
+  /**
+   * The project's lock file (package-lock.json, yarn.lock, pnpm-lock.yaml or bun.lock). As
+   * NodejsFunction's `depsLockFilePath`.
+   * @default the nearest lock file from `projectRoot` (else the directory the CDK app runs in) upwards
+   */
+  readonly depsLockFilePath?: string;
   /**
    * Whether the schedule fires.
    * @default true
@@ -263,8 +269,12 @@ export class ScheduledJob extends Construct {
   readonly deadline: Duration;
   /** The job's Lambda function. */
   readonly function: nodejs.NodejsFunction;
-  /** The EventBridge Scheduler schedule that sends each window to the work queue. */
-  readonly schedule: scheduler.Schedule;
+  /**
+   * The EventBridge Scheduler schedule that sends each window to the work queue; undefined for a
+   * one-time (`at()`) job whose time had passed at synth (it has fired), which synthesises with a
+   * warning instead.
+   */
+  readonly schedule: scheduler.Schedule | undefined;
   /** This job's schedule group (one per job, so AWS/Scheduler metrics are per job). */
   readonly scheduleGroup: scheduler.ScheduleGroup;
   /** The job's work queue: one message per window, redelivered until the window is finished. */
@@ -299,7 +309,12 @@ export class ScheduledJob extends Construct {
     const maxConcurrency = this.validateMaxConcurrency(props.maxConcurrency ?? DEFAULT_MAX_CONCURRENCY);
     const memorySize = this.validateMemory(props.memorySize ?? DEFAULT_MEMORY_MB);
     const ses = props.ses && this.validateSes(props.ses);
-    const entry = this.validateEntry(props.projectRoot ?? process.cwd(), job.entry);
+    const entry = locateHandlerEntry(this, {
+      entry: job.entry,
+      projectRoot: props.projectRoot,
+      depsLockFilePath: props.depsLockFilePath,
+      cwd: process.cwd(),
+    });
     this.registerJobId(job.id);
 
     this.deadLetterQueue =
@@ -344,7 +359,7 @@ export class ScheduledJob extends Construct {
       description: `slotguard: ${job.description}`.slice(0, 256),
       entry: entry.path,
       projectRoot: entry.projectRoot,
-      ...(entry.lockFile ? { depsLockFilePath: entry.lockFile } : {}),
+      depsLockFilePath: entry.lockFile,
       handler: 'handler',
       runtime: lambda.Runtime.NODEJS_24_X,
       architecture: lambda.Architecture.ARM_64,
@@ -400,31 +415,34 @@ export class ScheduledJob extends Construct {
     this.scheduleGroup = new scheduler.ScheduleGroup(this, 'ScheduleGroup', {
       removalPolicy: RemovalPolicy.DESTROY,
     });
-    this.schedule = new scheduler.Schedule(this, 'Schedule', {
-      description: `slotguard job ${job.id}`,
-      schedule: scheduler.ScheduleExpression.expression(
-        this.deployedSchedule.expression,
-        TimeZone.of(this.deployedSchedule.timeZone),
-      ),
-      scheduleGroup: this.scheduleGroup,
-      timeWindow: flexibleTimeWindow
-        ? scheduler.TimeWindow.flexible(flexibleTimeWindow)
-        : scheduler.TimeWindow.off(),
-      enabled: props.enabled ?? true,
-      target: new targets.SqsSendMessage(this.workQueue, {
-        role: this.schedulerRole(),
-        input: scheduler.ScheduleTargetInput.fromObject({
-          jobId: job.id,
-          scheduledTime: scheduler.ContextAttribute.scheduledTime,
-          executionId: scheduler.ContextAttribute.executionId,
-          attemptNumber: scheduler.ContextAttribute.attemptNumber,
-          ...(props.payload ? { payload: props.payload } : {}),
+    // A one-time job that has fired keeps its function, queue and alarms, so the stack still deploys.
+    if (!(this.analysedSchedule.kind === 'at' && this.analysedSchedule.passed)) {
+      this.schedule = new scheduler.Schedule(this, 'Schedule', {
+        description: `slotguard job ${job.id}`,
+        schedule: scheduler.ScheduleExpression.expression(
+          this.deployedSchedule.expression,
+          TimeZone.of(this.deployedSchedule.timeZone),
+        ),
+        scheduleGroup: this.scheduleGroup,
+        timeWindow: flexibleTimeWindow
+          ? scheduler.TimeWindow.flexible(flexibleTimeWindow)
+          : scheduler.TimeWindow.off(),
+        enabled: props.enabled ?? true,
+        target: new targets.SqsSendMessage(this.workQueue, {
+          role: this.schedulerRole(),
+          input: scheduler.ScheduleTargetInput.fromObject({
+            jobId: job.id,
+            scheduledTime: scheduler.ContextAttribute.scheduledTime,
+            executionId: scheduler.ContextAttribute.executionId,
+            attemptNumber: scheduler.ContextAttribute.attemptNumber,
+            ...(props.payload ? { payload: props.payload } : {}),
+          }),
+          retryAttempts: retry.attempts,
+          maxEventAge: retry.maxEventAge,
+          deadLetterQueue: this.deadLetterQueue,
         }),
-        retryAttempts: retry.attempts,
-        maxEventAge: retry.maxEventAge,
-        deadLetterQueue: this.deadLetterQueue,
-      }),
-    });
+      });
+    }
 
     this.watchdog = SlotguardWatchdog.of(this, props.claims, {
       projectRoot: entry.projectRoot,
@@ -716,6 +734,15 @@ export class ScheduledJob extends Construct {
     const analysis = analyseSchedule(job.schedule, new Date(), {
       gapLimitMs: CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds * 1000,
     });
+    if (analysis.ok && analysis.schedule.kind === 'at' && analysis.schedule.passed) {
+      const { expression, timeZone, nextFire } = analysis.schedule;
+      Annotations.of(this).addWarningV2(
+        'slotguard:atInPast',
+        `job.schedule.expression ${JSON.stringify(expression)} (${timeZone}) of job '${job.id}' was due at ` +
+          `${windowOf(nextFire)}, before this synth: no EventBridge Scheduler schedule is created for it, so the ` +
+          'stack deploys; its function and alarms stay. Remove the job once it has run, or give it a future at() time',
+      );
+    }
     if (analysis.ok) return analysis.schedule;
     const prop = `job.schedule.${analysis.field}`;
     throw new InfraValidationError(this, prop, `${prop} ${analysis.problem}; ${analysis.fix}`);
@@ -905,32 +932,6 @@ export class ScheduledJob extends Construct {
       );
     }
     return value;
-  }
-
-  /** The entry must exist under the project root, and esbuild must be installed: never fall back to Docker. */
-  private validateEntry(projectRoot: string, entry: string) {
-    const path = isAbsolute(entry) ? entry : join(projectRoot, entry);
-    if (relative(projectRoot, path).startsWith('..') || !existsSync(path)) {
-      throw new InfraValidationError(
-        this,
-        'job.entry',
-        `job.entry ${describe(entry)} is not a file under the project root ${JSON.stringify(projectRoot)}; ` +
-          'give the handler module relative to the repository root, or set projectRoot',
-      );
-    }
-    try {
-      createRequire(join(projectRoot, 'package.json')).resolve('esbuild');
-    } catch (cause) {
-      throw new InfraValidationError(
-        this,
-        'projectRoot',
-        `esbuild is not installed under ${JSON.stringify(projectRoot)}; run \`npm install --save-dev esbuild\` ` +
-          '(slotguard bundles with the local esbuild, never in Docker)',
-        { cause },
-      );
-    }
-    const lockFile = join(projectRoot, 'package-lock.json');
-    return { path, projectRoot, lockFile: existsSync(lockFile) ? lockFile : undefined };
   }
 
   private registerJobId(jobId: string): void {

@@ -4,6 +4,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import type { Construct } from 'constructs';
 import type { ClaimsBackendFunctionOptions } from './claims-backend.js';
+import { BUNDLING_CONDITIONS } from './package-source.js';
 
 /**
  * How every slotguard function is bundled (a job's and the watchdog's): one minified ESM file by the
@@ -14,6 +15,8 @@ export function slotguardBundling(backend: ClaimsBackendFunctionOptions): nodejs
   return {
     // Never Docker: the construct has checked that esbuild is installed locally.
     forceDockerBundling: false,
+    // `slotguard` in the handler resolves to the same form as this construct: sources or compiled.
+    ...(BUNDLING_CONDITIONS.length ? { esbuildArgs: { '--conditions': BUNDLING_CONDITIONS.join(',') } } : {}),
     minify: true,
     sourceMap: true,
     format: nodejs.OutputFormat.ESM,

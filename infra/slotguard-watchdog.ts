@@ -1,4 +1,3 @@
-import { fileURLToPath } from 'node:url';
 import { Duration, Lazy, RemovalPolicy, Stack, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -10,14 +9,17 @@ import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
 import { Construct, type IConstruct } from 'constructs';
 import type { ScheduleSpec } from '../shared/job/job-spec.js';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
+import type { WatchdogEvent } from '../shared/watchdog/watchdog-event.js';
 import type { ClaimsBackend } from './claims-backend.js';
+import { runtimeModulePath } from './package-source.js';
 import { ALARM_PAGING } from './paging.js';
 import { grantNetworkInterfaces, slotguardBundling, slotguardVpcPlacement } from './slotguard-function.js';
 
-/** The watchdog's Lambda handler module, bundled like the job functions. */
-export const WATCHDOG_HANDLER_MODULE = fileURLToPath(
-  new URL('../shared/watchdog/watchdog-handler.ts', import.meta.url),
-);
+/**
+ * The watchdog's Lambda handler module, bundled like the job functions: its source in slotguard's
+ * repository, its compiled module in an installed package.
+ */
+export const WATCHDOG_HANDLER_MODULE = runtimeModulePath('shared/watchdog/watchdog-handler');
 
 /** How often the watchdog looks at each job. */
 export const WATCHDOG_RATE = Duration.minutes(15);
@@ -33,28 +35,6 @@ export const JOBS_PER_STOPPED_ALARM = 10;
 
 /** CloudWatch's limit on the actions of one alarm state. */
 const MAX_ALARM_ACTIONS = 5;
-
-/**
- * The input of each job's watchdog schedule: what the watchdog needs to know about the job, since it
- * reads no JobSpec of its own. shared/watchdog/ reads it (its WatchdogEvent).
- */
-export interface WatchdogInput {
-  readonly kind: 'watchdog';
-  readonly jobId: string;
-  /**
-   * The job's schedule as Scheduler has it (ScheduledJob.deployedSchedule): the watchdog lists the
-   * windows it should have had with JobSchedule. Never a rate(), so no `rateStart` is needed.
-   */
-  readonly schedule: { readonly expression: string; readonly timeZone: string };
-  /** How long after its scheduled time a window must be finished (the job's deadline). */
-  readonly deadlineSeconds: number;
-  /** How long after its scheduled time a window may have no record yet (`missedRunGrace`). */
-  readonly graceSeconds: number;
-  /** How far back to look for windows. */
-  readonly lookbackHours: number;
-  /** No window scheduled before this instant (ISO 8601) is judged: `watchedSince`. */
-  readonly notBefore?: string;
-}
 
 /** A job the watchdog watches. */
 export interface WatchedJob {
@@ -100,7 +80,7 @@ const watchdogsByStack = new WeakMap<Stack, Map<ClaimsBackend, SlotguardWatchdog
 
 /**
  * The watchdog: one small Lambda per stack and claims backend, invoked every 15 minutes per job by
- * a Scheduler schedule whose input describes the job (WatchdogInput). Each run lists the windows
+ * a Scheduler schedule whose input describes the job (WatchdogEvent, shared/watchdog/). Each run lists the windows
  * the job's schedule should have had over the look-back, reads their slot records (read-only:
  * `ClaimsBackend.bindReader`), and emits WindowMissing, WindowIncomplete and WatchdogRun for the job.
  * It watches every schedule, a weekly or monthly one as closely as a 15-minute one, which one
@@ -186,7 +166,7 @@ export class SlotguardWatchdog extends Construct {
    */
   watch(scope: Construct, job: WatchedJob): scheduler.Schedule {
     this.claims.bindReader(this.function, job.jobId);
-    const input: WatchdogInput = {
+    const input: WatchdogEvent = {
       kind: 'watchdog',
       jobId: job.jobId,
       schedule: { expression: job.schedule.expression, timeZone: job.schedule.timeZone },

@@ -2,7 +2,6 @@ import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { dirname } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import dynalite from 'dynalite';
 import { SlotguardError } from '../shared/errors.js';
 
 /** A DynamoDB API on loopback: nothing to install, gone when closed (unless it has a `path`). */
@@ -43,9 +42,25 @@ export class StateDirectoryLockedError extends SlotguardError {
 }
 
 const require = createRequire(import.meta.url);
-/** Resolved here, so the worker finds dynalite and its LevelDB whatever the working directory. */
-const DYNALITE = require.resolve('dynalite');
-const LEVEL = require.resolve('level', { paths: [dirname(DYNALITE)] });
+
+/**
+ * dynalite's entry and its LevelDB's, resolved here so the worker finds them whatever the working
+ * directory. Resolved when first needed, not on import: dynalite is a development dependency, and
+ * the installed package's operator CLI imports this module without ever starting a server.
+ */
+function dynaliteModules(): { dynalite: string; level: string } {
+  let dynalite: string;
+  try {
+    dynalite = require.resolve('dynalite');
+  } catch (cause) {
+    throw new SlotguardError(
+      'the embedded DynamoDB needs dynalite, a development dependency of slotguard: run it from a checkout of ' +
+        "slotguard's repository (npm ci), or point at a DynamoDB table with --table or --endpoint",
+      { cause },
+    );
+  }
+  return { dynalite, level: require.resolve('level', { paths: [dirname(dynalite)] }) };
+}
 
 /**
  * Starts dynalite (an open-source DynamoDB API server) bound to 127.0.0.1. With a `path` it first
@@ -59,8 +74,10 @@ export async function startEmbeddedDynamo(options: EmbeddedDynamoOptions = {}): 
     updateTableMs: 0,
     ...(options.path ? { path: options.path } : {}),
   };
-  if (options.path) await assertUnlocked(options.path);
+  const modules = dynaliteModules();
+  if (options.path) await assertUnlocked(options.path, modules.level);
   if (!options.thread) {
+    const dynalite = require(modules.dynalite) as typeof import('dynalite').default;
     const server = dynalite(serverOptions);
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -78,7 +95,10 @@ export async function startEmbeddedDynamo(options: EmbeddedDynamoOptions = {}): 
      server.once('error', (error) => { throw error; });
      server.listen(workerData.port, '127.0.0.1', () => parentPort.postMessage(server.address().port));
      parentPort.on('message', () => server.close(() => parentPort.postMessage('closed')));`,
-    { eval: true, workerData: { dynalite: DYNALITE, options: serverOptions, port: options.port ?? 0 } },
+    {
+      eval: true,
+      workerData: { dynalite: modules.dynalite, options: serverOptions, port: options.port ?? 0 },
+    },
   );
   const port = await new Promise<number>((resolve, reject) => {
     worker.once('message', resolve);
@@ -99,8 +119,8 @@ export async function startEmbeddedDynamo(options: EmbeddedDynamoOptions = {}): 
   };
 }
 
-async function assertUnlocked(path: string): Promise<void> {
-  const { Level } = require(LEVEL) as {
+async function assertUnlocked(path: string, level: string): Promise<void> {
+  const { Level } = require(level) as {
     Level: new (path: string) => { open(): Promise<void>; close(): Promise<void> };
   };
   const db = new Level(path);

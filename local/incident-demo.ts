@@ -95,7 +95,7 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
     const window = new Date(windowOf(now - (now % 60_000)));
     const job = findLocalJob(WEEKLY_REPORT_JOB_ID, { customers: options.recipients });
     out.write(
-      `Replaying the incident: ${options.replicas} replicas fire the weekly report for window ${window.toISOString()}, ` +
+      `Replaying the incident: ${options.replicas} replicas fire the weekly report for window ${windowOf(window)}, ` +
         `${options.recipients.toLocaleString('en-US')} customers.\n`,
     );
 
@@ -185,7 +185,7 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
 function unguardedContext(window: Date, concurrency: number): JobContext {
   const signal = new AbortController().signal;
   return {
-    slot: { jobId: WEEKLY_REPORT_JOB_ID, window: window.toISOString() },
+    slot: { jobId: WEEKLY_REPORT_JOB_ID, window: windowOf(window) },
     scheduledTime: window,
     epoch: 0,
     delivery: {},

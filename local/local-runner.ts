@@ -3,7 +3,7 @@ import { type Clock, systemClock } from '../shared/clock.js';
 import type { EmailSender } from '../shared/effects/email-sender.js';
 import { JOB_DEFAULTS, type JobSpec } from '../shared/job/job-spec.js';
 import { createJobHandler, type HandlerResponse } from '../shared/job/lambda-handler.js';
-import type { RunOptions, SlotBackend } from '../shared/job/run-slot.js';
+import { type RunOptions, resolveRunOptions, type SlotBackend } from '../shared/job/run-slot.js';
 import type { SchedulerEvent } from '../shared/job/scheduler-event.js';
 import { type CatchUpPlan, planCatchUp, resolveCatchUpPolicy } from '../shared/schedule/catch-up.js';
 import { JobSchedule } from '../shared/schedule/fire-times.js';
@@ -392,13 +392,16 @@ export class LocalRunner {
    */
   #onStrike(run: WindowRun, delivery: Delivery, gate: InvocationGate, fault: EffectFault): void {
     this.#o.onFault?.(`${run.job.spec.id} ${windowOf(run.window)}: ${describeFault(fault, delivery.name)}`);
-    const leaseMs =
-      this.#o.runOptions?.leaseMs ?? (run.job.spec.leaseSeconds ?? JOB_DEFAULTS.leaseSeconds) * 1000;
+    const { leaseMs, takeoverSkewMs } = resolveRunOptions({
+      ...runOptionsOf(run.job.spec),
+      ...this.#o.runOptions,
+    });
     const redelivery: Delivery = {
       name: `${delivery.name.split('/')[0]}/redelivery-${++run.redeliveries}`,
       event: delivery.event,
     };
-    this.#at(this.#clock.now() + leaseMs + 1_000, run.timers, () => {
+    // Past the lease and the takeover's clock-skew allowance.
+    this.#at(this.#clock.now() + leaseMs + takeoverSkewMs + 1_000, run.timers, () => {
       const takeover = this.#deliver(run, redelivery);
       if (fault.kind === 'pause')
         this.#track(

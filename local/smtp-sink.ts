@@ -1,5 +1,4 @@
 import type { AddressInfo } from 'node:net';
-import { SMTPServer } from 'smtp-server';
 
 /** What the server accepted, from one envelope sender or from all of them. */
 export interface MailTally {
@@ -35,6 +34,9 @@ export interface SmtpSink {
  * what this server accepted, not from counters inside the job.
  */
 export async function startSmtpSink(port = 0): Promise<SmtpSink> {
+  // Loaded here, not on import: smtp-server is a development dependency, and the installed package's
+  // operator CLI imports this module without ever starting a sink.
+  const { SMTPServer } = await import('smtp-server');
   const received = new Map<string, number>();
   const bySender = new Map<string, Map<string, number>>();
   let total = 0;

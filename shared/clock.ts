@@ -18,3 +18,21 @@ export const systemClock: Clock = {
     return () => clearTimeout(timer);
   },
 };
+
+/** The longest delay setTimeout takes (about 24.8 days); a longer one fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Calls `fn` when `clock` reaches `at`, chaining timers past setTimeout's 24.8-day limit, so a
+ * monthly or yearly fire waits as long as it should. Returns a function that cancels it.
+ * @example const cancel = scheduleAt(systemClock, next.getTime(), () => void fire(next));
+ */
+export function scheduleAt(clock: Clock, at: number, fn: () => void): () => void {
+  let cancel: () => void;
+  const arm = () => {
+    const delay = Math.max(0, at - clock.now());
+    cancel = clock.schedule(Math.min(delay, MAX_TIMER_MS), delay > MAX_TIMER_MS ? arm : fn);
+  };
+  arm();
+  return () => cancel();
+}

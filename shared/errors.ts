@@ -41,47 +41,89 @@ export class StoreError extends SlotguardError {
   }
 }
 
-/** Why a provider did not perform an effect. */
+/**
+ * Why a provider did not perform an effect. The runtime reads it (with `systemic`) to decide whether
+ * the rest of the run can succeed; the ledger treats every reason the same way: the reservation is
+ * released and a later run may perform the effect.
+ */
 export const NotPerformedReason = {
-  /** Rate exceeded: a later attempt will likely succeed. */
+  /** The provider's rate limit refused the request: a later attempt, even a moment later, will likely succeed. */
   Throttled: 'throttled',
-  /** A daily quota or limit exceeded: retry much later. */
+  /** A daily quota or account limit is used up: every send fails until it frees up, hours later. */
   Quota: 'quota',
-  /** Access denied or bad credentials: every send fails until an operator fixes it. */
+  /**
+   * The credentials were refused or lack a permission (AccessDenied, an invalid or expired token, a
+   * bad signature): every send fails until an operator fixes them.
+   */
   Unauthorized: 'unauthorized',
-  /** Sending paused, account suspended, identity not verified: every send fails until fixed. */
+  /**
+   * The sending account or identity cannot send (sending paused, account suspended, identity or
+   * MAIL FROM domain not verified, configuration set missing): every send fails until fixed.
+   */
   Configuration: 'configuration',
-  /** This message or recipient was rejected. */
+  /** This message or this recipient was refused (MessageRejected, a bad address): this one effect only. */
   Rejected: 'rejected',
-  /** The request is malformed. */
+  /** The request was malformed (BadRequest, validation): most likely this message's own data. */
   InvalidRequest: 'invalid-request',
-  /** The wait for a send slot was cancelled (the run is stopping); nothing was sent or attempted. */
+  /** The wait for a send slot was cancelled (the run is stopping); nothing reached the provider. */
   Cancelled: 'cancelled',
-  /** No reason given. */
+  /** No reason given: the default for callers that predate reasons. */
   Unspecified: 'unspecified',
 } as const;
+/** One of {@link NotPerformedReason}'s values. */
 export type NotPerformedReason = (typeof NotPerformedReason)[keyof typeof NotPerformedReason];
 
-/** Reasons that will refuse every other effect of the run alike. */
-const SYSTEMIC_REASONS: readonly NotPerformedReason[] = [
-  NotPerformedReason.Unauthorized,
-  NotPerformedReason.Configuration,
-];
+/**
+ * Whether a refusal for this reason will hit every other effect of the run too, so sending on only
+ * collects more of the same refusal. Quota counts: the account's 24-hour quota frees up hours after
+ * the run. Throttling does not: it clears within seconds. Cancelled does not: it is the run
+ * stopping, not the provider refusing.
+ */
+const SYSTEMIC: Readonly<Record<NotPerformedReason, boolean>> = {
+  [NotPerformedReason.Throttled]: false,
+  [NotPerformedReason.Quota]: true,
+  [NotPerformedReason.Unauthorized]: true,
+  [NotPerformedReason.Configuration]: true,
+  [NotPerformedReason.Rejected]: false,
+  [NotPerformedReason.InvalidRequest]: false,
+  [NotPerformedReason.Cancelled]: false,
+  [NotPerformedReason.Unspecified]: false,
+};
+
+/** Options of an {@link EffectNotPerformedError}. */
+export interface EffectNotPerformedOptions {
+  /**
+   * The provider's error. Keep it free of raw addresses (see `withoutAddresses`): it is logged.
+   * @default none
+   */
+  readonly cause?: unknown;
+  /**
+   * Why the provider did not perform the effect.
+   * @default NotPerformedReason.Unspecified
+   */
+  readonly reason?: NotPerformedReason;
+  /**
+   * Whether the same refusal will hit every other effect of the run.
+   * @default true for unauthorized, configuration and quota; false otherwise
+   */
+  readonly systemic?: boolean;
+}
 
 /**
  * Thrown by an effect function (a sender) when it knows the effect did NOT happen: the provider
  * refused the request before acting on it (throttled, rejected address, quota). The ledger then
- * records the refusal so a later run may try again. Any other error from an effect leaves the
- * reservation in doubt, because the effect may have happened.
+ * releases the reservation so a later run may try again. Any other error from an effect leaves the
+ * reservation in doubt, because the effect may have happened: throw this only on proof that
+ * nothing was sent, since a wrong "not performed" is a duplicate email on the next run.
  */
 export class EffectNotPerformedError extends SlotguardError {
-  /** Why the provider refused. */
+  /** Why the provider did not perform the effect. */
   readonly reason: NotPerformedReason;
-  /** True when the same refusal will hit every other effect of the run (an operator must act). */
+  /** True when the same refusal will hit every other effect of the run (bad credentials, paused account). */
   readonly systemic: boolean;
-  constructor(message: string, options: { cause?: unknown; reason?: NotPerformedReason } = {}) {
-    super(message, options);
+  constructor(message: string, options: EffectNotPerformedOptions = {}) {
+    super(message, 'cause' in options ? { cause: options.cause } : undefined);
     this.reason = options.reason ?? NotPerformedReason.Unspecified;
-    this.systemic = SYSTEMIC_REASONS.includes(this.reason);
+    this.systemic = options.systemic ?? SYSTEMIC[this.reason];
   }
 }

@@ -1,10 +1,8 @@
 import { hostname } from 'node:os';
+import { type Clock, type EmailSender, hmacEffectKeys, jsonLog, parseSchedule, windowOf } from 'slotguard';
+import { createPostgresPool, migrate, postgresBackend } from 'slotguard/postgres';
 import { WEEKLY_REPORT_JOB_ID, weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
-import { createPostgresPool, migrate, postgresBackend } from '../../shared/backends/postgres/index.js';
-import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
-import type { EmailSender } from '../../shared/effects/email-sender.js';
-import { jsonLog } from '../../shared/telemetry/log.js';
 import { ScheduledReplica } from './scheduled-replica.js';
 
 /**
@@ -12,17 +10,35 @@ import { ScheduledReplica } from './scheduled-replica.js';
  * window's weekly report goes out once:
  *
  *   DATABASE_URL=postgres://… SLOTGUARD_EFFECT_KEY_SECRET=$(openssl rand -hex 16) \
- *   REPLICA_NAME=a SCHEDULE='* * * * *' node --import tsx examples/replicated-service/main.ts
+ *   REPLICA_NAME=a SCHEDULE='cron(* * * * ? *)' node --import tsx --conditions=slotguard-source examples/replicated-service/main.ts
  *
  * Environment: DATABASE_URL (else the PG* variables), SLOTGUARD_EFFECT_KEY_SECRET (16+ bytes),
- * REPLICA_NAME (default the host name), SCHEDULE (croner pattern, default '0 9 * * MON'),
- * SCHEDULE_TZ (default 'Europe/Moscow'), SLOTGUARD_SCHEMA (default 'slotguard'), CUSTOMERS
- * (synthetic recipients, default 100).
+ * REPLICA_NAME (default the host name), SCHEDULE (an EventBridge Scheduler expression, default
+ * 'cron(0 9 ? * MON *)'), SCHEDULE_TZ (an IANA time zone, default 'Europe/Moscow'),
+ * SLOTGUARD_SCHEMA (default 'slotguard'), CUSTOMERS (synthetic recipients, default 100).
  */
 const env = process.env;
 const name = env.REPLICA_NAME ?? hostname();
 const schema = env.SLOTGUARD_SCHEMA ?? 'slotguard';
 const log = jsonLog(WEEKLY_REPORT_JOB_ID);
+const schedule = {
+  expression: env.SCHEDULE ?? 'cron(0 9 ? * MON *)',
+  timeZone: env.SCHEDULE_TZ ?? 'Europe/Moscow',
+};
+// Checked before connecting, with the variable to correct named.
+const parsed = parseSchedule(schedule);
+if (!parsed.ok) {
+  log.error(`${parsed.field === 'timeZone' ? 'SCHEDULE_TZ' : 'SCHEDULE'}: ${parsed.problem}; ${parsed.fix}`);
+  process.exit(2);
+}
+/** The system clock with timers that keep the process alive: the schedule is all this service waits on. */
+const serviceClock: Clock = {
+  now: () => Date.now(),
+  schedule(ms, fn) {
+    const timer = setTimeout(fn, ms);
+    return () => clearTimeout(timer);
+  },
+};
 
 const pool = createPostgresPool({
   ...(env.DATABASE_URL ? { connectionString: env.DATABASE_URL } : {}),
@@ -48,7 +64,8 @@ const job = weeklyReportJob({
 const replica = new ScheduledReplica({
   name,
   job,
-  schedule: { pattern: env.SCHEDULE ?? '0 9 * * MON', timezone: env.SCHEDULE_TZ ?? 'Europe/Moscow' },
+  schedule,
+  clock: serviceClock,
   backend: postgresBackend({
     pool,
     schema,
@@ -56,7 +73,8 @@ const replica = new ScheduledReplica({
   }),
   log,
 }).start();
-log.info('replica started', { replica: name, nextFire: replica.nextFire()?.toISOString() });
+const nextFire = replica.nextFire();
+log.info('replica started', { replica: name, nextFire: nextFire ? windowOf(nextFire) : 'never' });
 
 const shutdown = async () => {
   await replica.stop();

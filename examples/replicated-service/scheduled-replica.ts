@@ -1,18 +1,19 @@
-import { Cron } from 'croner';
-import { type Clock, systemClock } from '../../shared/clock.js';
-import type { JobDefinition } from '../../shared/job/job-definition.js';
-import { type RunOptions, type RunResult, runSlot, type SlotBackend } from '../../shared/job/run-slot.js';
-import { windowOf } from '../../shared/slot/slot.js';
-import type { Log } from '../../shared/telemetry/log.js';
-import { emfMetrics, type JobMetrics } from '../../shared/telemetry/metrics.js';
-
-/** A croner schedule: a 5- or 6-field cron pattern and its time zone. */
-export interface ReplicaSchedule {
-  /** `'0 9 * * MON'`: croner's syntax (not EventBridge's `cron(0 9 ? * MON *)`). */
-  readonly pattern: string;
-  /** @default 'UTC' */
-  readonly timezone?: string;
-}
+import {
+  type Clock,
+  emfMetrics,
+  type JobDefinition,
+  type JobMetrics,
+  JobSchedule,
+  type Log,
+  type RunOptions,
+  type RunResult,
+  runSlot,
+  type ScheduleSpec,
+  type SlotBackend,
+  scheduleAt,
+  systemClock,
+  windowOf,
+} from 'slotguard';
 
 /** Options of a ScheduledReplica. */
 export interface ScheduledReplicaOptions {
@@ -22,7 +23,12 @@ export interface ScheduledReplicaOptions {
    */
   readonly name: string;
   readonly job: JobDefinition;
-  readonly schedule: ReplicaSchedule;
+  /**
+   * An EventBridge Scheduler expression and its zone, `{ expression: 'cron(0 9 ? * MON *)',
+   * timeZone: 'Europe/Moscow' }`, fired as Scheduler fires it: a local time the clocks skip does not
+   * fire, a repeated one fires once (shared/schedule/, the same computation as the CDK checks).
+   */
+  readonly schedule: ScheduleSpec;
   readonly backend: SlotBackend;
   readonly log: Log;
   /**
@@ -31,7 +37,9 @@ export interface ScheduledReplicaOptions {
    */
   readonly metrics?: () => JobMetrics;
   /**
-   * The clock the run's lease keeper and retention checks read. The schedule itself is croner's.
+   * The clock the schedule's timers, the run's lease keeper and its retention checks read. A
+   * service that waits on nothing but its schedule wants timers that keep the process alive (the
+   * system clock's are unref'd).
    * @default the system clock
    */
   readonly clock?: Clock;
@@ -40,28 +48,33 @@ export interface ScheduledReplicaOptions {
 }
 
 /**
- * One replica of a long-running service that runs a job on an in-process croner schedule, the
- * incident's own set-up: every replica's timer fires for every window, and the (job, window) slot
- * claim lets exactly one of them run it.
+ * One replica of a long-running service that runs a job on an in-process schedule, the incident's
+ * own set-up: every replica's timer fires for every window, and the (job, window) slot claim lets
+ * exactly one of them run it. Fire times are EventBridge Scheduler's (JobSchedule), so the service
+ * and a ScheduledJob with the same expression run the same windows, daylight-saving nights included.
  *
- * The window is the tick's scheduled instant, never the time the timer happened to fire: croner
- * reports when it actually ran the callback (late by a GC pause, a busy event loop, a suspended
- * container), so the window is the schedule's latest occurrence at or before that moment. Replicas
- * whose timers fire milliseconds or seconds apart land in the same slot; a replica that fires a
- * whole period late claims the window it is in, never one the schedule does not have.
+ * The window is the tick's scheduled instant, never the time the timer happened to fire: a timer
+ * goes off late by a GC pause, a busy event loop or a suspended container, so the window is the
+ * schedule's latest fire at or before that moment. Replicas whose timers fire milliseconds or
+ * seconds apart land in the same slot; a replica that fires a whole period late claims the window
+ * it is in, never one the schedule does not have.
  * @example
- * const replica = new ScheduledReplica({ name: 'api-7f9c', job, schedule: { pattern: '0 9 * * MON', timezone: 'Europe/Moscow' }, backend, log }).start();
+ * const replica = new ScheduledReplica({ name: 'api-7f9c', job, schedule: { expression: 'cron(0 9 ? * MON *)', timeZone: 'Europe/Moscow' }, backend, log }).start();
  * process.on('SIGTERM', () => void replica.stop());
  */
 export class ScheduledReplica {
   readonly #options: ScheduledReplicaOptions;
-  readonly #cron: Cron;
+  readonly #schedule: JobSchedule;
+  readonly #clock: Clock;
   readonly #inFlight = new Set<Promise<unknown>>();
+  #cancelTimer: (() => void) | undefined;
+  #stopped = false;
 
+  /** @throws ScheduleError when the schedule cannot be read; its message says what to write. */
   constructor(options: ScheduledReplicaOptions) {
     this.#options = options;
-    // Created without a function: nothing is scheduled until start(), so tests can drive tick().
-    this.#cron = new Cron(options.schedule.pattern, { timezone: options.schedule.timezone ?? 'UTC' });
+    this.#schedule = new JobSchedule(options.schedule);
+    this.#clock = options.clock ?? systemClock;
   }
 
   /** This replica's name. */
@@ -71,35 +84,31 @@ export class ScheduledReplica {
 
   /** Starts firing on the schedule. */
   start(): this {
-    this.#cron.schedule((self) => {
-      const firedAt = self.currentRun() ?? new Date();
-      const run = this.tick(firedAt).catch((error: unknown) => {
-        // A tick that throws (the store unreachable after its retries) must not end the service;
-        // the slot is unchanged or ours, and the next fire of this window finds out which.
-        this.#options.log.error('scheduled run failed', { replica: this.name, error: String(error) });
-      });
-      this.#inFlight.add(run);
-      void run.finally(() => this.#inFlight.delete(run));
-    });
+    if (!this.#stopped && this.#cancelTimer === undefined) this.#armAfter(this.#clock.now());
     return this;
   }
 
   /** Stops firing and waits for runs under way to finish. */
   async stop(): Promise<void> {
-    this.#cron.stop();
-    await Promise.allSettled([...this.#inFlight]);
+    this.#stopped = true;
+    this.#cancelTimer?.();
+    await this.idle();
   }
 
-  /** When the schedule fires next, or null if it never will. */
+  /** Resolves when no run is under way (a test awaits this after moving the clock). */
+  async idle(): Promise<void> {
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+  }
+
+  /** When the schedule fires next, or null once stopped or if it never fires again. */
   nextFire(): Date | null {
-    return this.#cron.nextRun();
+    if (this.#stopped) return null;
+    return this.#schedule.nextFireAfter(this.#clock.now()) ?? null;
   }
 
-  /** The schedule occurrence a tick that fired at `firedAt` belongs to (at or before it). */
+  /** The schedule fire a tick that went off at `firedAt` belongs to (at or before it). */
   scheduledInstant(firedAt: Date): Date | undefined {
-    // previousRuns counts an occurrence earlier in the same second as the reference; one
-    // millisecond past `firedAt` makes an occurrence exactly at `firedAt` count too.
-    return this.#cron.previousRuns(1, new Date(firedAt.getTime() + 1))[0];
+    return this.#schedule.lastFireAtOrBefore(firedAt);
   }
 
   /**
@@ -110,9 +119,9 @@ export class ScheduledReplica {
     const { job, backend, log } = this.#options;
     const scheduled = this.scheduledInstant(firedAt);
     if (!scheduled) {
-      log.warn('tick before the schedule has any occurrence: nothing to run', {
+      log.warn('tick before the schedule has any fire: nothing to run', {
         replica: this.name,
-        firedAt: firedAt.toISOString(),
+        firedAt: windowOf(firedAt),
       });
       return undefined;
     }
@@ -122,7 +131,7 @@ export class ScheduledReplica {
       return await runSlot({
         job,
         backend,
-        clock: this.#options.clock ?? systemClock,
+        clock: this.#clock,
         metrics,
         log,
         slot: { jobId: job.id, window },
@@ -132,5 +141,26 @@ export class ScheduledReplica {
     } finally {
       await metrics.flush();
     }
+  }
+
+  /** Sets the timer for the first fire after `after`; each fire sets the next one. */
+  #armAfter(after: number): void {
+    const next = this.#schedule.nextFireAfter(after);
+    if (next === undefined || this.#stopped) {
+      this.#cancelTimer = undefined;
+      return;
+    }
+    this.#cancelTimer = scheduleAt(this.#clock, next.getTime(), () => {
+      // A timer that went off early by the clock (a wall-clock step) still belongs to `next`.
+      const firedAt = Math.max(next.getTime(), this.#clock.now());
+      const run = this.tick(new Date(firedAt)).catch((error: unknown) => {
+        // A tick that throws (the store unreachable after its retries) must not end the service;
+        // the slot is unchanged or ours, and the next fire of this window finds out which.
+        this.#options.log.error('scheduled run failed', { replica: this.name, error: String(error) });
+      });
+      this.#inFlight.add(run);
+      void run.finally(() => this.#inFlight.delete(run));
+      this.#armAfter(firedAt);
+    });
   }
 }

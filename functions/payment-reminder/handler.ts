@@ -1,5 +1,4 @@
-import { SesEmailSender } from '../../shared/effects/ses-email-sender.js';
-import { jobHandlerFromEnvironment } from '../../shared/job/lambda-environment.js';
+import { jobHandlerFromEnvironment, SesEmailSender } from 'slotguard';
 import { paymentReminderJob, syntheticDueInvoices } from './job.js';
 
 /** The payment reminder's Lambda. Replace `syntheticDueInvoices` with your billing query. */

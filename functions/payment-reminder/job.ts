@@ -1,5 +1,4 @@
-import type { EmailSender } from '../../shared/effects/email-sender.js';
-import { defineJob, type JobDefinition } from '../../shared/job/job-definition.js';
+import { defineJob, type EmailSender, type JobDefinition } from 'slotguard';
 
 export const PAYMENT_REMINDER_JOB_ID = 'payment-reminder';
 

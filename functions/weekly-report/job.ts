@@ -1,12 +1,14 @@
-import type { EmailSender } from '../../shared/effects/email-sender.js';
-import { defineJob, type JobDefinition } from '../../shared/job/job-definition.js';
+import { defineJob, type EmailSender, type JobDefinition, type ResumableSource } from 'slotguard';
 import type { Customer } from './recipients.js';
 
 export const WEEKLY_REPORT_JOB_ID = 'weekly-report';
 
 export interface WeeklyReportDeps {
-  /** The customers of one window, streamed. */
-  readonly customers: (window: Date) => AsyncIterable<Customer>;
+  /**
+   * The customers of one window, streamed; a ResumableSource lets a continuation read on from
+   * where the last run stopped instead of walking the list again.
+   */
+  readonly customers: (window: Date) => AsyncIterable<Customer> | ResumableSource<Customer>;
   readonly sender: EmailSender;
   /** Emails in flight at once. @default the run's effectConcurrency */
   readonly concurrency?: number;

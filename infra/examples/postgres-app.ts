@@ -4,9 +4,8 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { AwsSolutionsChecks } from 'cdk-nag';
+import { PostgresClaims, PostgresEndpoint, ScheduledJob } from 'slotguard/cdk';
 import { jobCatalog } from '../../functions/catalog.js';
-import { PostgresClaims, PostgresEndpoint } from '../postgres-claims.js';
-import { ScheduledJob } from '../scheduled-job.js';
 
 const REPOSITORY_ROOT = fileURLToPath(new URL('../..', import.meta.url));
 

@@ -1,18 +1,10 @@
-import {
-  AccountSuspendedException,
-  BadRequestException,
-  LimitExceededException,
-  MailFromDomainNotVerifiedException,
-  MessageRejected,
-  SESv2Client,
-  SendEmailCommand,
-  SendingPausedException,
-  TooManyRequestsException,
-} from '@aws-sdk/client-sesv2';
+import { SESv2Client, SendEmailCommand } from '@aws-sdk/client-sesv2';
 import type { Clock } from '../clock.js';
-import { ConfigurationError, EffectNotPerformedError } from '../errors.js';
+import { ConfigurationError, EffectNotPerformedError, NotPerformedReason } from '../errors.js';
 import { RuntimeEnv } from '../job/runtime-env.js';
+import { withoutAddresses } from '../telemetry/safe-error-text.js';
 import type { EmailMessage, EmailSender } from './email-sender.js';
+import { classifySesError } from './ses-error-classification.js';
 import { type RateLimiter, TokenBucket } from './token-bucket.js';
 
 /** Options of a `SesEmailSender`. */
@@ -22,7 +14,8 @@ export interface SesEmailSenderOptions {
   /**
    * The SES v2 client. Keep its retries off (`maxAttempts: 1`): the SDK retries timeouts and
    * dropped connections, and a retried SendEmail whose first response was lost sends twice.
-   * @default a new SESv2Client with maxAttempts 1, for the region of the environment
+   * @default a new SESv2Client with maxAttempts 1, for the region of the environment, created on the
+   * first send
    */
   readonly client?: SESv2Client;
   /**
@@ -46,41 +39,31 @@ export interface SesEmailSenderOptions {
 }
 
 /**
- * SES errors that mean SES refused the request before sending anything: throttled, over quota,
- * sending paused or suspended, a rejected or malformed message. Everything else (timeouts, 5xx,
- * dropped connections) may come after SES accepted the message, so it stays in doubt.
- */
-const REFUSED_BEFORE_SENDING = [
-  TooManyRequestsException,
-  LimitExceededException,
-  SendingPausedException,
-  MessageRejected,
-  AccountSuspendedException,
-  MailFromDomainNotVerifiedException,
-  BadRequestException,
-] as const;
-
-/**
  * Sends email through Amazon SES v2 at a bounded rate.
  *
  * The abort signal stops the wait for a send slot, not a send in flight: cancelling a request SES
  * may already have accepted would only turn a known outcome into an unknown one.
  *
- * No raw address is ever put in an error message; SES's own messages (which can quote the
- * recipient) are redacted before they are attached as `cause`.
+ * What SES answers is read by `classifySesError`: a refusal SES gives before accepting the message
+ * is an EffectNotPerformedError with its reason (and `systemic` when every other send will be
+ * refused too); anything else (a 5xx, a timeout, a dropped connection) is rethrown as it came, since
+ * SES may have sent the email. Either way no raw address is left in the error, its cause or their
+ * stacks: SES quotes the recipient in its messages.
  *
  * @example
  * const sender = SesEmailSender.fromEnvironment();
  * await ctx.once(`weekly-report:${customer.id}`, () => sender.send({ to: customer.email, subject, text }));
  */
 export class SesEmailSender implements EmailSender {
-  readonly #client: SESv2Client;
+  // Created on the first send, not at cold start: a run that sends nothing (a duplicate fire, a
+  // window already done) never pays for an SES client.
+  #client: SESv2Client | undefined;
   readonly #fromAddress: string;
   readonly #limiter: RateLimiter;
   readonly #configurationSetName: string | undefined;
 
   constructor(options: SesEmailSenderOptions) {
-    this.#client = options.client ?? defaultSesClient();
+    this.#client = options.client;
     this.#fromAddress = options.fromAddress;
     this.#limiter =
       options.rateLimiter ??
@@ -117,15 +100,17 @@ export class SesEmailSender implements EmailSender {
     return new SesEmailSender({ ...options, fromAddress, maxSendRatePerSecond: rate });
   }
 
+  /**
+   * Sends one email. Throws EffectNotPerformedError when nothing was sent (the wait for the send
+   * rate was cancelled, or SES refused the request); any other error means it may have been sent.
+   */
   async send(message: EmailMessage, options: { signal?: AbortSignal } = {}): Promise<void> {
     try {
       await this.#limiter.take(options.signal);
     } catch (cause) {
       throw new EffectNotPerformedError(
         'the send was cancelled while waiting for the SES send rate; nothing was sent',
-        {
-          cause,
-        },
+        { cause: withoutAddresses(cause), reason: NotPerformedReason.Cancelled },
       );
     }
     const command = new SendEmailCommand({
@@ -140,18 +125,10 @@ export class SesEmailSender implements EmailSender {
       ...(this.#configurationSetName ? { ConfigurationSetName: this.#configurationSetName } : {}),
     });
     try {
+      this.#client ??= defaultSesClient();
       await this.#client.send(command);
     } catch (error) {
-      if (REFUSED_BEFORE_SENDING.some((refusal) => error instanceof refusal)) {
-        const refusal = error as Error;
-        refusal.message = redactAddresses(refusal.message);
-        throw new EffectNotPerformedError(
-          `SES refused the message before sending it (${refusal.name}: ${refusal.message}); nothing was sent, ` +
-            'a later run may try again',
-          { cause: refusal },
-        );
-      }
-      throw error;
+      throw classifySesError(error) ?? withoutAddresses(error);
     }
   }
 }
@@ -165,9 +142,8 @@ export function defaultSesClient(): SESv2Client {
   return new SESv2Client({ maxAttempts: 1 });
 }
 
-const ADDRESS = /[^\s<>"'(),;:[\]]+@[^\s<>"'(),;:[\]]+/g;
-
-/** Replaces anything shaped like an email address with `<address>`. */
-export function redactAddresses(text: string): string {
-  return text.replace(ADDRESS, '<address>');
-}
+/**
+ * Replaces anything shaped like an email address with `<address>`; kept here for the callers that
+ * import it from the sender.
+ */
+export { redactAddresses } from '../telemetry/safe-error-text.js';

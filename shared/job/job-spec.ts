@@ -9,7 +9,7 @@ export interface JobSpec {
   /** One line for dashboards and `--help`. */
   readonly description: string;
   readonly schedule: ScheduleSpec;
-  /** The handler module, relative to the repository root (exports `handler`). */
+  /** The handler module (exports `handler`): absolute, or relative to ScheduledJob's project root. */
   readonly entry: string;
   /**
    * The lease a run holds on its slot; renewed in the background while it runs.
@@ -45,7 +45,7 @@ export interface JobSpec {
    * What to do with windows that passed while nothing fired (the local runner down, a schedule
    * paused): run none, the latest, or all of them, within a maximum lateness. Honoured by the local
    * runner when it starts and by the operator CLI's `backfill`. A deployed schedule never fires a
-   * missed window by itself; the MissedRun alarm pages and an operator backfills.
+   * missed window by itself; the watchdog's WindowMissing alarm pages and an operator backfills.
    * @default { mode: 'once', maxLatenessMinutes: 1440 }
    */
   readonly catchUp?: CatchUpPolicy;

@@ -13,6 +13,7 @@ export interface InvocationContext {
   getRemainingTimeInMillis(): number;
 }
 
+/** What `createJobHandler` runs a job with: the backend, metrics, log, clock and run options. */
 export interface JobHandlerDeps {
   /**
    * The backend, or a function that builds it on first use (cold start). A build that fails is not

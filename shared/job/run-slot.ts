@@ -106,6 +106,15 @@ export interface RunOptions {
   /** How refused effects are retried. @default 5 attempts, 1, 4, 16 and 64 minutes apart */
   readonly effectRetry?: EffectRetryPolicy;
   /**
+   * A lease is taken over only once it ended this long ago by the claimer's clock. Two runs can
+   * overlap only when one's clock is faster than the other's by more than this plus the lease's
+   * safety margin (12 s with the defaults); the effect ledger still sends nobody twice then. Lambda's
+   * clocks are synchronised (Amazon Time Sync) to well under a second, so the default is small; a
+   * larger allowance delays every takeover of a crashed run by as much.
+   * @default 2_000, or the lease's safety margin (a sixth of it) when that is shorter
+   */
+  readonly takeoverSkewMs?: number;
+  /**
    * Consecutive failures of one kind (a refusal reason, or an unknown error) that stop a run: the
    * provider is failing, and asking it 12,400 times helps nobody.
    * @default 10
@@ -168,6 +177,7 @@ export type RunResult =
       readonly slotState: 'RELEASED' | 'FAILED' | 'fenced';
     };
 
+/** What `runSlot` runs: the job, its backend, clock, metrics and log, for one slot and delivery. */
 export interface RunSlotArgs {
   readonly job: JobDefinition;
   readonly backend: SlotBackend;
@@ -213,6 +223,7 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
       // From the scheduled time, or from now for a window first claimed late (a backfill): its
       // record keeps the first claim's deadline, so continuations cannot move it.
       deadline: Math.max(windowMs, now) + o.deadlineMs,
+      takeoverSkewMs: o.takeoverSkewMs,
       delivery,
     },
     claimSentAt,
@@ -336,7 +347,7 @@ interface RunState {
 
 async function finish(run: RunState, jobError: unknown): Promise<RunResult> {
   const { args, claim, lease, effects, checkpointer } = run;
-  const { backend, clock, metrics, log, slot } = args;
+  const { backend, clock, log, slot } = args;
   const summary = effects.summary();
   const context = { window: slot.window, ...summary, inDoubtKeys: undefined, failedKeys: undefined };
   if (lease.signal.aborted || effects.stopReason === 'lease-lost') {
@@ -563,7 +574,7 @@ async function stateAfterFailure(store: ClaimStore, slot: Slot): Promise<'RELEAS
 }
 
 function jobContext(run: RunState): JobContext {
-  const { args, claim, lease, effects, checkpointer, o } = run;
+  const { args, claim, lease, effects, o } = run;
   return {
     slot: args.slot,
     scheduledTime: new Date(args.slot.window),
@@ -654,6 +665,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
     maxRunsWithoutProgress: options.maxRunsWithoutProgress ?? 3,
     effectRetry: { ...DEFAULT_EFFECT_RETRY, ...options.effectRetry },
     failureStreakLimit: options.failureStreakLimit ?? 10,
+    takeoverSkewMs: options.takeoverSkewMs ?? Math.min(2_000, Math.floor(leaseMs / 6)),
   };
   if (!Number.isFinite(leaseMs) || leaseMs < 1_000) {
     throw new ConfigurationError(
@@ -683,6 +695,12 @@ export function resolveRunOptions(options: RunOptions = {}) {
     throw new ConfigurationError(
       'markBatchSize',
       `markBatchSize is ${resolved.markBatchSize}; use 1 to 25 (BatchWriteItem's limit)`,
+    );
+  }
+  if (!(resolved.takeoverSkewMs >= 0) || resolved.takeoverSkewMs >= leaseMs) {
+    throw new ConfigurationError(
+      'takeoverSkewMs',
+      `takeoverSkewMs is ${resolved.takeoverSkewMs}; use 0 or more and less than the lease (${leaseMs} ms)`,
     );
   }
   if (!(resolved.deadlineMs >= 60_000)) {

@@ -1,6 +1,7 @@
 import type { Cron } from 'croner';
 import { SlotguardError } from '../errors.js';
 import type { ScheduleSpec } from '../job/job-spec.js';
+import { LAST_CRON_YEAR } from './aws-cron-fields.js';
 import {
   type AtExpression,
   type ParsedSchedule,
@@ -42,6 +43,15 @@ export interface JobScheduleOptions {
 const WALL_LOOKBEHIND_MS = 3 * HOUR_MS;
 
 /**
+ * Cron matches in a row that fall in skipped local times after which a walk stops. More than a
+ * whole skipped day of a per-minute cron (1,440: Samoa skipped 30 December 2011), so no real gap
+ * ends a walk early; a cron that only ever matches skipped times (`cron(* 2 ? 3 1L *)` in Berlin,
+ * the hour the clocks jump over) stops after this many instead of reading every match to croner's
+ * year 3000 (58,000 matches, seconds of work).
+ */
+export const MAX_SKIPPED_IN_A_ROW = 1_500;
+
+/**
  * When a schedule fires, with EventBridge Scheduler's semantics:
  * - `cron()` matches minutes on the wall clock of the schedule's zone (`?`, `L`, `W`, `#`, year);
  *   a local time that does not exist (the hour skipped when clocks go forward) is skipped, and a
@@ -49,7 +59,9 @@ const WALL_LOOKBEHIND_MS = 3 * HOUR_MS;
  * - `rate()` fires every interval from its start, whatever the zone's clocks do.
  * - `at()` fires once at its local time (never, if that time falls in a skipped hour; at the first
  *   occurrence if it is repeated).
- * Every fire is a whole minute, as the slot window Scheduler stamps into the event.
+ * Every fire is a whole minute, as the slot window Scheduler stamps into the event. A cron's fires
+ * end with 2199, Scheduler's last year, or once MAX_SKIPPED_IN_A_ROW matches in a row fall in
+ * skipped local times (a cron that only matches those never fires).
  *
  * croner matches the cron fields on a UTC wall clock (no DST there, so croner's own DST rules, which
  * move a fixed-time job out of a gap and run interval jobs twice in a repeated hour, never apply);
@@ -81,6 +93,20 @@ export class JobSchedule {
       fires.push(fire);
     }
     return fires;
+  }
+
+  /**
+   * The latest fire at or before `at`, looked for as far back as `lookbackMs`: the fire a timer that
+   * went off at `at` belongs to, however late it went off.
+   * @default lookbackMs 400 days, which every recurring schedule but a yearly cron fires within
+   */
+  lastFireAtOrBefore(at: Date | number, lookbackMs = 400 * 24 * HOUR_MS): Date | undefined {
+    const end = Number(at) + 1;
+    // Widening windows: a frequent schedule is found in the first hour, without listing a year of fires.
+    for (let span = HOUR_MS; ; span = Math.min(span * 8, lookbackMs)) {
+      const last = this.firesBetween(end - span, end).at(-1);
+      if (last !== undefined || span >= lookbackMs) return last;
+    }
   }
 
   /** The first fire strictly after `after`, or undefined if the schedule never fires again. */
@@ -120,17 +146,24 @@ export class JobSchedule {
   /*
    * Wall-clock matches come out of croner in order; placed in the zone (none in a gap, the first of
    * two in a repeated hour), they stay in order: the first instant a clock reads a later time is
-   * never before the first instant it reads an earlier one that exists.
+   * never before the first instant it reads an earlier one that exists. The walk ends with
+   * Scheduler's last year, or after MAX_SKIPPED_IN_A_ROW matches in skipped times.
    */
   *#cronFires(afterMs: number): Generator<Date> {
     const cron = this.#cron!;
     let wall = wallClockAt(afterMs, this.timeZone) - WALL_LOOKBEHIND_MS;
+    let skippedInARow = 0;
     for (;;) {
       const match = cron.nextRun(new Date(wall));
-      if (!match) return;
+      if (!match || match.getUTCFullYear() > LAST_CRON_YEAR) return;
       wall = match.getTime();
       const [first] = instantsAtWallClock(wall, this.timeZone);
-      if (first !== undefined && first > afterMs) yield new Date(first);
+      if (first === undefined) {
+        if (++skippedInARow >= MAX_SKIPPED_IN_A_ROW) return;
+        continue;
+      }
+      skippedInARow = 0;
+      if (first > afterMs) yield new Date(first);
     }
   }
 }

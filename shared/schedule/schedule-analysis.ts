@@ -1,7 +1,14 @@
 import type { ScheduleSpec } from '../job/job-spec.js';
+import { LAST_CRON_YEAR } from './aws-cron-fields.js';
 import { JobSchedule } from './fire-times.js';
-import { impossibleDayOfMonth, parseSchedule, type ScheduleProblem } from './schedule-expression.js';
-import { instantsAtWallClock } from './time-zone.js';
+import {
+  type CronExpression,
+  impossibleDayOfMonth,
+  parseSchedule,
+  type ScheduleProblem,
+  wallClockCron,
+} from './schedule-expression.js';
+import { formatWallClock, instantsAtWallClock, wallClockAt } from './time-zone.js';
 
 /**
  * Synth-time checks of an EventBridge Scheduler expression (the ScheduledJob construct's): is it
@@ -9,8 +16,7 @@ import { instantsAtWallClock } from './time-zone.js';
  * (the shortest gap bounds a job's default deadline). Fire times come from JobSchedule, the same computation the local
  * runner and the operator CLI use, so daylight-saving nights count as Scheduler runs them.
  *
- * Left to Scheduler's own validation at deploy time: numeric ranges that croner accepts more
- * loosely than AWS (AWS years are 1970-2199) and `rate()` unit plurality (`rate(1 minutes)`).
+ * Left to Scheduler's own validation at deploy time: `rate()` unit plurality (`rate(1 minutes)`).
  */
 
 /** A parsed, checked schedule. */
@@ -37,7 +43,13 @@ export interface OneTimeSchedule {
   readonly kind: 'at';
   readonly expression: string;
   readonly timeZone: string;
+  /** When it fires: the first instant its local time occurs. */
   readonly nextFire: Date;
+  /**
+   * True when `nextFire` is at or before the analysis time: the schedule has fired (or its time
+   * went by before it was deployed), so there is nothing left for Scheduler to do.
+   */
+  readonly passed: boolean;
 }
 
 /** How far apart two consecutive fires can be. */
@@ -64,7 +76,7 @@ export interface ShortestGap {
 }
 
 export type { ScheduleProblem } from './schedule-expression.js';
-export { isKnownTimeZone } from './time-zone.js';
+export { checkTimeZone, isKnownTimeZone } from './time-zone.js';
 
 /** The outcome of analysing a schedule: a bad expression is an expected outcome, not an exception. */
 export type ScheduleAnalysis =
@@ -104,32 +116,23 @@ export function analyseSchedule(
       };
     case 'at': {
       const [fire] = instantsAtWallClock(expression.wallClock, timeZone);
-      if (fire === undefined || fire <= from.getTime()) {
-        const why =
-          fire === undefined
-            ? `${expression.local} does not exist in ${timeZone} (the clocks skip it that night)`
-            : `${expression.local} in ${timeZone} is before ${from.toISOString()}`;
+      if (fire === undefined) {
         return {
           ok: false,
           field: 'expression',
-          problem: `${JSON.stringify(expression.source)} never fires: ${why}`,
-          fix: 'move the date into the future, or remove the one-time job once it has run',
+          problem: `${JSON.stringify(expression.source)} never fires: ${expression.local} does not exist in ${timeZone} (the clocks skip it that night)`,
+          fix: 'move the time out of the hour the clocks skip',
         };
       }
-      return { ok: true, schedule: { kind: 'at', ...base, nextFire: new Date(fire) } };
+      return {
+        ok: true,
+        schedule: { kind: 'at', ...base, nextFire: new Date(fire), passed: fire <= from.getTime() },
+      };
     }
     case 'cron': {
       const fires = new JobSchedule(spec).firesAfter(from);
       const first = fires.next();
-      if (first.done) {
-        const impossibleDay = impossibleDayOfMonth(expression);
-        return {
-          ok: false,
-          field: 'expression',
-          problem: `${JSON.stringify(expression.source)} never fires after ${from.toISOString()}${impossibleDay ? ` (${impossibleDay})` : ''}`,
-          fix: 'correct the day-of-month, month and year fields so that some date matches; for the last day of a month use L',
-        };
-      }
+      if (first.done) return neverFires(expression, timeZone, from);
       return {
         ok: true,
         schedule: {
@@ -146,6 +149,35 @@ export function analyseSchedule(
     default:
       return expression satisfies never;
   }
+}
+
+/**
+ * Why a cron has no fire after `from`: its fields match no date up to Scheduler's last year, or
+ * every time they match is one the clocks skip (JobSchedule stops looking after
+ * MAX_SKIPPED_IN_A_ROW of those in a row).
+ */
+function neverFires(expression: CronExpression, timeZone: string, from: Date): ScheduleAnalysis {
+  const source = JSON.stringify(expression.source);
+  const match = wallClockCron(expression.cronerPattern).nextRun(
+    new Date(wallClockAt(from.getTime(), timeZone)),
+  );
+  if (match && match.getUTCFullYear() <= LAST_CRON_YEAR) {
+    return {
+      ok: false,
+      field: 'expression',
+      problem:
+        `${source} never fires in ${timeZone}: every local time it matches is one the clocks jump over when ` +
+        `they go forward (the first: ${formatWallClock(match.getTime())})`,
+      fix: 'Scheduler skips a local time that does not exist; move the hours and minutes out of the skipped hour, or pick days on which the clocks do not change',
+    };
+  }
+  const impossibleDay = impossibleDayOfMonth(expression);
+  return {
+    ok: false,
+    field: 'expression',
+    problem: `${source} never fires after ${from.toISOString()}${impossibleDay ? ` (${impossibleDay})` : ''}`,
+    fix: 'correct the day-of-month, month and year fields so that some date matches; for the last day of a month use L',
+  };
 }
 
 /** Cron fires are whole minutes: no two consecutive ones are closer than this. */

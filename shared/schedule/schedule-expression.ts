@@ -1,6 +1,7 @@
 import { Cron } from 'croner';
 import type { ScheduleSpec } from '../job/job-spec.js';
-import { isKnownTimeZone } from './time-zone.js';
+import { AWS_CRON_FIELDS, checkCronField } from './aws-cron-fields.js';
+import { checkTimeZone } from './time-zone.js';
 
 /**
  * EventBridge Scheduler expressions, read once for everything that needs them: the CDK constructs'
@@ -76,14 +77,8 @@ const UNIT_MS = { minute: 60_000, hour: 3_600_000, day: 86_400_000 } as const;
 export function parseSchedule(spec: ScheduleSpec): ScheduleParseResult {
   const source = spec.expression.trim();
   const timeZone = spec.timeZone ?? 'UTC';
-  if (!isKnownTimeZone(timeZone)) {
-    return {
-      ok: false,
-      field: 'timeZone',
-      problem: `${JSON.stringify(timeZone)} is not a time zone this Node.js knows (Intl)`,
-      fix: 'use an IANA name such as "Europe/Moscow" or "UTC"',
-    };
-  }
+  const zoneProblem = checkTimeZone(timeZone);
+  if (zoneProblem) return { ok: false, field: 'timeZone', ...zoneProblem };
   const expression = parseExpression(source);
   return 'problem' in expression ? { ok: false, ...expression } : { ok: true, expression, timeZone };
 }
@@ -117,16 +112,6 @@ function parseRate(
   return { kind: 'rate', source, value, unit, everyMs: value * UNIT_MS[unit] };
 }
 
-/** AWS cron fields, in order, with the characters AWS allows in each. */
-const CRON_FIELDS = [
-  { name: 'minutes', allowed: /^[0-9,\-*/]+$/ },
-  { name: 'hours', allowed: /^[0-9,\-*/]+$/ },
-  { name: 'day-of-month', allowed: /^[0-9,\-*/?LW]+$/ },
-  { name: 'month', allowed: /^[0-9A-Za-z,\-*/]+$/ },
-  { name: 'day-of-week', allowed: /^[0-9A-Za-z,\-*?L#]+$/ },
-  { name: 'year', allowed: /^[0-9,\-*/]+$/ },
-] as const;
-
 function parseCron(source: string, body: string): CronExpression | ScheduleProblem {
   const fields = body.trim().split(/\s+/);
   const refuse = (problem: string, fix: string): ScheduleProblem => ({
@@ -140,13 +125,11 @@ function parseCron(source: string, body: string): CronExpression | ScheduleProbl
       'AWS cron takes 6: cron(minutes hours day-of-month month day-of-week year), e.g. cron(0 9 ? * MON *)',
     );
   }
-  for (const [i, field] of CRON_FIELDS.entries()) {
-    if (!field.allowed.test(fields[i]!)) {
-      return refuse(
-        `has ${JSON.stringify(fields[i])} in the ${field.name} field`,
-        `see the AWS cron reference for ${field.name}`,
-      );
-    }
+  for (const [i, rule] of AWS_CRON_FIELDS.entries()) {
+    const text = fields[i]!;
+    const problem = checkCronField(rule, text, fields);
+    if (problem)
+      return refuse(`has ${JSON.stringify(text)} in the ${rule.name} field, ${problem.reason}`, problem.fix);
   }
   const [, , dayOfMonth, , dayOfWeek] = fields as [string, string, string, string, string, string];
   if ((dayOfMonth === '?') === (dayOfWeek === '?')) {
@@ -168,11 +151,12 @@ function parseCron(source: string, body: string): CronExpression | ScheduleProbl
 }
 
 /**
- * AWS `cron(m h dom mon dow y)` as a croner 7-part pattern (seconds first). The one AWS form croner
- * lacks is a bare `L` in day-of-week, Quartz for "the last day of the week": Saturday.
+ * AWS `cron(m h dom mon dow y)` as a croner 7-part pattern (seconds first), upper-cased as Quartz
+ * reads it. The one AWS form croner lacks is a bare `L` in day-of-week, Quartz for "the last day
+ * of the week": Saturday.
  */
 function toCronerPattern(fields: readonly string[]): string {
-  const [minutes, hours, dayOfMonth, month, dayOfWeek, year] = fields;
+  const [minutes, hours, dayOfMonth, month, dayOfWeek, year] = fields.map((field) => field.toUpperCase());
   return ['0', minutes, hours, dayOfMonth, month, dayOfWeek === 'L' ? '7' : dayOfWeek, year].join(' ');
 }
 

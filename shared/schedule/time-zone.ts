@@ -1,8 +1,11 @@
 /**
- * Wall-clock arithmetic in IANA time zones, on Intl alone (the same tz database Lambda and
- * EventBridge Scheduler read). A wall-clock time is carried as the milliseconds it would be in UTC
- * (`Date.UTC(y, m, d, h, mi)`), so calendar fields are read with getUTC* and no local zone leaks in.
+ * Wall-clock arithmetic in IANA time zones, on Intl (the same tz database Lambda and EventBridge
+ * Scheduler read), and the check of a zone's name against that database. A wall-clock time is
+ * carried as the milliseconds it would be in UTC (`Date.UTC(y, m, d, h, mi)`), so calendar fields
+ * are read with getUTC* and no local zone leaks in.
  */
+
+import { IANA_TIME_ZONE_NAMES } from './iana-time-zones.js';
 
 const MINUTE_MS = 60_000;
 const HOUR_MS = 3_600_000;
@@ -28,13 +31,61 @@ function formatterFor(timeZone: string): Intl.DateTimeFormat {
   return formatter;
 }
 
-/** True when Intl knows the IANA time zone (the runtime and Scheduler read the same database). */
+/** Why a time zone name was refused, and what to write instead. */
+export interface TimeZoneProblem {
+  readonly problem: string;
+  readonly fix: string;
+}
+
+const SPELLING_BY_LOWER_CASE = new Map([...IANA_TIME_ZONE_NAMES].map((name) => [name.toLowerCase(), name]));
+
+/**
+ * Checks a time zone name as EventBridge Scheduler takes it: a name of the IANA time zone database
+ * (a zone or one of its links, so `US/Eastern` and `EST` too), spelled as the database spells it.
+ * Intl alone is too lenient to decide: it ignores case and knows ICU's own names (`PST`, `IST`),
+ * which are not in the database. Returns undefined when the name is fine.
+ * @example checkTimeZone('europe/moscow') // { problem: '… case-sensitive', fix: 'write "Europe/Moscow"' }
+ */
+export function checkTimeZone(timeZone: string): TimeZoneProblem | undefined {
+  const quoted = JSON.stringify(timeZone);
+  if (IANA_TIME_ZONE_NAMES.has(timeZone)) {
+    if (intlZoneOf(timeZone) !== undefined) return undefined;
+    return {
+      problem: `${quoted} is an IANA time zone this Node.js's time zone data does not have yet`,
+      fix: 'upgrade Node.js, or use another name for the same zone',
+    };
+  }
+  const spelling = SPELLING_BY_LOWER_CASE.get(timeZone.toLowerCase());
+  if (spelling !== undefined) {
+    return {
+      problem: `${quoted} is not a name in the IANA time zone database (EventBridge Scheduler's), whose names are case-sensitive`,
+      fix: `write ${JSON.stringify(spelling)}`,
+    };
+  }
+  const icuReading = intlZoneOf(timeZone);
+  if (icuReading !== undefined && IANA_TIME_ZONE_NAMES.has(icuReading)) {
+    return {
+      problem: `${quoted} is not a name in the IANA time zone database (EventBridge Scheduler's); Node.js alone reads it as ${JSON.stringify(icuReading)}`,
+      fix: `write ${JSON.stringify(icuReading)} if that is the zone meant`,
+    };
+  }
+  return {
+    problem: `${quoted} is not a name in the IANA time zone database (EventBridge Scheduler's)`,
+    fix: 'use an IANA name such as "Europe/Moscow", "America/New_York" or "UTC"',
+  };
+}
+
+/** True when Scheduler takes the name and fire times can be computed in it (see checkTimeZone). */
 export function isKnownTimeZone(timeZone: string): boolean {
+  return checkTimeZone(timeZone) === undefined;
+}
+
+/** The zone Intl reads a name as (case-insensitively, ICU names included), or undefined. */
+function intlZoneOf(timeZone: string): string | undefined {
   try {
-    formatterFor(timeZone);
-    return true;
+    return formatterFor(timeZone).resolvedOptions().timeZone;
   } catch {
-    return false;
+    return undefined;
   }
 }
 

@@ -21,6 +21,7 @@ export function claimOutcomeOfConflict(
   current: SlotRecord,
   owner: string,
   now: number,
+  takeoverSkewMs = 0,
 ): ClaimOutcome | 'claimable' {
   switch (current.state) {
     case SlotState.Done:
@@ -50,7 +51,7 @@ export function claimOutcomeOfConflict(
           },
         };
       }
-      if (current.leaseEndsAt < now) return 'claimable';
+      if (current.leaseEndsAt < now - takeoverSkewMs) return 'claimable';
       return { kind: 'held', holder: current.owner, epoch: current.epoch, leaseEndsAt: current.leaseEndsAt };
     case SlotState.Released:
       if (current.resumeAfter !== undefined && current.resumeAfter > now) {

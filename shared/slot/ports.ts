@@ -52,6 +52,7 @@ export interface Delivery {
   readonly continuation?: boolean;
 }
 
+/** What a claim asks for: the owner token, the lease and the record's retention. */
 export interface LeaseRequest {
   /** A token unique to this invocation (not to the event: duplicates repeat the event). */
   readonly owner: string;
@@ -61,6 +62,13 @@ export interface LeaseRequest {
   readonly maxAttempts: number;
   /** Retention: the record's expiry, in epoch seconds, for the store's TTL. */
   readonly expiresAtSeconds: number;
+  /**
+   * A RUNNING slot is taken over only once its lease ended more than this long ago by the claimer's
+   * clock: room for a claimer whose clock runs fast. Stores that judge leases by their own clock
+   * (Postgres on the database clock) need none.
+   * @default 0
+   */
+  readonly takeoverSkewMs?: number;
   /**
    * When the window must be finished, in epoch milliseconds. Stored by the first claim and kept by
    * every later one, so continuations cannot push it back.
@@ -148,6 +156,7 @@ export interface WindowSummary {
   readonly runs: number;
 }
 
+/** What a claim came to; losing the race is an answer, not an error. */
 export type ClaimOutcome =
   | { readonly kind: 'claimed'; readonly claim: Claim; readonly previousHolder?: string }
   | { readonly kind: 'held'; readonly holder: string; readonly epoch: number; readonly leaseEndsAt: number }
@@ -225,6 +234,7 @@ export interface SlotRecord {
   readonly resumeAfter?: number;
 }
 
+/** The slot half of a backend: one conditional write per claim, renewal, completion or release. */
 export interface ClaimStore {
   /**
    * Claims the slot in one conditional write: granted when it is new, RELEASED (and not waiting),
@@ -260,6 +270,7 @@ export const EffectState = {
 } as const;
 export type EffectState = (typeof EffectState)[keyof typeof EffectState];
 
+/** One effect as stored: its hashed key, state, the epoch and owner that wrote it, and its refusals. */
 export interface EffectRecord {
   readonly keyHash: string;
   readonly state: EffectState;
@@ -307,6 +318,7 @@ export interface ReserveOptions {
   readonly now: number;
 }
 
+/** The effect half of a backend: one conditional reservation per effect, marked done after it. */
 export interface EffectLedger {
   /**
    * Reserves one effect with a conditional write (only if absent, or FAILED and due for a retry),

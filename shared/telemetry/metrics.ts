@@ -1,7 +1,4 @@
-import { MetricsLogger, Unit } from 'aws-embedded-metrics';
-import type { IEnvironment } from 'aws-embedded-metrics/lib/environment/IEnvironment.js';
-import type { MetricsContext } from 'aws-embedded-metrics/lib/logger/MetricsContext.js';
-import { LogSerializer } from 'aws-embedded-metrics/lib/serializers/LogSerializer.js';
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, type MetricName } from './metric-names.js';
 
 /** Counters of one invocation, flushed once at its end. */
@@ -11,7 +8,9 @@ export interface JobMetrics {
   flush(): Promise<void>;
 }
 
+/** Options of `emfMetrics`. */
 export interface EmfMetricsOptions {
+  /** The job the counts belong to: the value of the one dimension, `JobId`. */
   readonly jobId: string;
   /** @default 'Slotguard' */
   readonly namespace?: string;
@@ -23,13 +22,16 @@ export interface EmfMetricsOptions {
 }
 
 /**
- * CloudWatch metrics in Embedded Metric Format, serialised by AWS's aws-embedded-metrics library,
- * with exactly one dimension set: { JobId }. Counts are summed in memory and flushed once per
- * invocation, so a 12,400-recipient run writes one record, not 12,400.
+ * CloudWatch metrics in Embedded Metric Format, serialised by Powertools for AWS Lambda's Metrics
+ * (the same family as the logger), with exactly one dimension set: { JobId }. Counts are summed in
+ * memory and flushed once per invocation, so a 12,400-recipient run writes one record, not 12,400.
+ * @example
+ * const metrics = emfMetrics({ jobId: 'weekly-report' });
+ * metrics.count(MetricName.DuplicateClaim);
+ * await metrics.flush(); // one JSON line on stdout
  */
 export function emfMetrics(options: EmfMetricsOptions): JobMetrics {
   const write = options.write ?? ((line: string) => process.stdout.write(`${line}\n`));
-  const environment = lineEnvironment(write);
   const counts = new Map<MetricName, number>();
   return {
     count(name, value = 1) {
@@ -37,35 +39,16 @@ export function emfMetrics(options: EmfMetricsOptions): JobMetrics {
     },
     async flush() {
       if (counts.size === 0) return;
-      const logger = new MetricsLogger(async () => environment);
-      logger.setNamespace(options.namespace ?? METRICS_NAMESPACE);
-      logger.setDimensions({ [JOB_ID_DIMENSION]: options.jobId });
-      for (const [name, value] of counts) logger.putMetric(name, value, Unit.Count);
+      const metrics = new Metrics({ namespace: options.namespace ?? METRICS_NAMESPACE });
+      // Powertools adds a `service` dimension by default; the alarms watch the metric with { JobId }
+      // alone, and CloudWatch treats another dimension set as another metric.
+      metrics.clearDefaultDimensions();
+      metrics.addDimension(JOB_ID_DIMENSION, options.jobId);
+      for (const [name, value] of counts) metrics.addMetric(name, MetricUnit.Count, value);
       counts.clear();
-      await logger.flush();
+      // Serialised here rather than published: publishStoredMetrics writes with its own console,
+      // and is switched off by POWERTOOLS_DEV; the line goes where `write` says, in every mode.
+      write(JSON.stringify(metrics.serializeMetrics()));
     },
-  };
-}
-
-/**
- * An aws-embedded-metrics environment whose sink hands each serialised line to `write`. The
- * library's own environments write with console.log and probe EC2 metadata when not in Lambda;
- * this one does neither, so the same code runs in Lambda, locally and in tests.
- */
-function lineEnvironment(write: (line: string) => void): IEnvironment {
-  const serializer = new LogSerializer();
-  const sink = {
-    name: 'LineSink',
-    async accept(context: MetricsContext) {
-      for (const line of serializer.serialize(context)) write(line);
-    },
-  };
-  return {
-    probe: async () => true,
-    getName: () => 'slotguard',
-    getType: () => 'slotguard',
-    getLogGroupName: () => '',
-    configureContext: () => {},
-    getSink: () => sink,
   };
 }

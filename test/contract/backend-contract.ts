@@ -44,7 +44,8 @@ async function claimOrFail(store: ClaimStore, slot: Slot, owner: string, now: nu
   return outcome.claim;
 }
 
-const runSummary = (epoch: number, done: number): RunSummary => ({
+/** A run's counts: `done` effects performed, nothing else. */
+export const runSummary = (epoch: number, done: number): RunSummary => ({
   done,
   skipped: 0,
   inDoubt: 0,
@@ -108,6 +109,22 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
         kind: 'claimed',
         claim: { epoch: 2, owner: 'b', via: 'takeover' },
         previousHolder: 'a',
+      });
+    });
+
+    it('takes over a lease only once it ended more than the skew allowance ago by the claimer', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      await claimOrFail(claims, slot, 'a', T0);
+      // A claimer whose clock runs 1.5 s fast sees the lease ended 1 s ago: within a 2 s allowance.
+      const skewed = lease('b', { takeoverSkewMs: 2_000 });
+      expect(await claims.claim(slot, skewed, T0 + LEASE + 1_000)).toMatchObject({
+        kind: 'held',
+        holder: 'a',
+      });
+      expect(await claims.claim(slot, skewed, T0 + LEASE + 2_001)).toMatchObject({
+        kind: 'claimed',
+        claim: { epoch: 2, via: 'takeover' },
       });
     });
 

@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import { escapeIdentifier, type Pool, type PoolClient } from 'pg';
 import { afterAll, beforeAll } from 'vitest';
 import { startEmbeddedPostgres } from '../../local/embedded-postgres.js';
@@ -10,6 +11,7 @@ import {
   postgresBackend,
 } from '../../shared/backends/postgres/index.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
+import type { Claim, LeaseRequest } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
 import { TEST_SECRET } from './harness.js';
 
@@ -35,7 +37,52 @@ export interface PostgresServer {
   ageLease(schema: string, slot: Slot, ms: number): Promise<void>;
   /** Runs one statement as the superuser (inspection in tests). */
   sql<R extends Record<string, unknown>>(text: string, values?: unknown[]): Promise<R[]>;
+  /**
+   * Resolves with the sessions of `applicationName` once one of them matches `until`; a bounded
+   * poll of pg_stat_activity, no sleep.
+   */
+  untilSession(applicationName: string, until: (session: ServerSession) => boolean): Promise<ServerSession>;
+  /** Resolves once none of `pids` is a server process any more (each has ended its session). */
+  untilGone(pids: readonly number[]): Promise<void>;
+  /**
+   * Stops server processes with SIGSTOP: what a frozen server is from outside. The kernel keeps
+   * their connections open and buffers what clients send; nothing is read or answered until
+   * `thaw`. Only for a server this helper started (`usePostgres({ embedded: true })`). `close` and
+   * `thawAll` thaw whatever a test left frozen.
+   */
+  freeze(pids: readonly number[]): Promise<FrozenProcesses>;
+  /**
+   * Freezes the whole server: the postmaster (new connections are accepted by the kernel and never
+   * answered) and every server process it has started, client sessions included.
+   */
+  freezeServer(): Promise<FrozenProcesses>;
+  /** Thaws every process still frozen: for an afterEach, whatever a test did. */
+  thawAll(): void;
   close(): Promise<void>;
+}
+
+/** A session as pg_stat_activity shows it. */
+export interface ServerSession {
+  readonly pid: number;
+  readonly state: string | null;
+  readonly wait_event_type: string | null;
+}
+
+/** Server processes stopped by `freeze`. */
+export interface FrozenProcesses {
+  readonly pids: readonly number[];
+  /** SIGCONT: each process carries on where it stopped, reading what arrived meanwhile. */
+  thaw(): void;
+}
+
+/** Options of startPostgres and usePostgres. */
+export interface PostgresServerOptions {
+  /**
+   * Start an embedded server even when DATABASE_URL names one: a test that freezes server
+   * processes needs them on this machine, under this user.
+   * @default false
+   */
+  readonly embedded?: boolean;
 }
 
 let schemas = 0;
@@ -48,8 +95,8 @@ const RUN = Math.random().toString(36).slice(2, 8);
  * refuses to run, so embedded-postgres creates and uses a `postgres` system user. DATABASE_URL
  * points the same tests at another server instead (each test still gets its own schema).
  */
-export async function startPostgres(): Promise<PostgresServer> {
-  const external = process.env.DATABASE_URL;
+export async function startPostgres(options: PostgresServerOptions = {}): Promise<PostgresServer> {
+  const external = options.embedded ? undefined : process.env.DATABASE_URL;
   let stop = async () => {};
   let connectionString = external ?? '';
   if (!external) {
@@ -68,6 +115,29 @@ export async function startPostgres(): Promise<PostgresServer> {
   const admin = pool({ applicationName: 'slotguard-test-admin', max: 2 });
   const sql = async <R extends Record<string, unknown>>(text: string, values: unknown[] = []) =>
     (await admin.query<R>(text, values)).rows;
+
+  const frozen = new Set<number>();
+  const thaw = (pids: readonly number[]) => {
+    for (const pid of pids) {
+      if (!frozen.delete(pid)) continue;
+      try {
+        process.kill(pid, 'SIGCONT');
+      } catch {
+        // Already gone: nothing to thaw.
+      }
+    }
+  };
+  const thawAll = () => thaw([...frozen]);
+  const freeze = async (pids: readonly number[]): Promise<FrozenProcesses> => {
+    if (external) throw new Error('freezing needs a server on this machine: usePostgres({ embedded: true })');
+    for (const pid of pids) {
+      if (!Number.isSafeInteger(pid) || pid <= 0) throw new Error(`not a server process id: ${pid}`);
+      frozen.add(pid);
+      process.kill(pid, 'SIGSTOP');
+    }
+    await Promise.all(pids.map(untilStopped));
+    return { pids, thaw: () => thaw(pids) };
+  };
 
   const created: string[] = [];
   const uniqueSchemaName = (prefix = 'sg') => {
@@ -109,7 +179,39 @@ export async function startPostgres(): Promise<PostgresServer> {
       );
     },
     sql,
+    async untilSession(applicationName, until) {
+      for (let i = 0; i < 5_000; i++) {
+        const sessions = await sql<ServerSession & Record<string, unknown>>(
+          'SELECT pid, state, wait_event_type FROM pg_stat_activity WHERE application_name = $1',
+          [applicationName],
+        );
+        const found = sessions.find(until);
+        if (found) return found;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      throw new Error(`no session of ${applicationName} reached the state the test waits for`);
+    },
+    async untilGone(pids) {
+      for (let i = 0; i < 5_000; i++) {
+        const [row] = await sql<{ n: number }>(
+          'SELECT count(*)::integer AS n FROM pg_stat_activity WHERE pid = ANY($1::integer[])',
+          [pids],
+        );
+        if (row?.n === 0) return;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      throw new Error(`server processes ${pids.join(', ')} did not end`);
+    },
+    freeze: (pids) => freeze(pids),
+    async freezeServer() {
+      const [file] = await sql<{ text: string }>("SELECT pg_read_file('postmaster.pid') AS text");
+      const postmaster = Number(file?.text.split('\n')[0]);
+      const processes = await sql<{ pid: number }>('SELECT pid FROM pg_stat_activity');
+      return freeze([postmaster, ...processes.map((p) => p.pid)]);
+    },
+    thawAll,
     async close() {
+      thawAll();
       if (external) {
         for (const schema of created) await sql(`DROP SCHEMA IF EXISTS ${escapeIdentifier(schema)} CASCADE`);
       }
@@ -123,10 +225,10 @@ export async function startPostgres(): Promise<PostgresServer> {
  * Starts one Postgres server for the calling test file (beforeAll) and stops it after (afterAll).
  * The returned object forwards to it, so tests call `postgres.freshSchema()` and the rest.
  */
-export function usePostgres(): PostgresServer {
+export function usePostgres(options: PostgresServerOptions = {}): PostgresServer {
   let current: PostgresServer | undefined;
   beforeAll(async () => {
-    current = await startPostgres();
+    current = await startPostgres(options);
   });
   afterAll(() => current?.close());
   const started = () => {
@@ -144,8 +246,64 @@ export function usePostgres(): PostgresServer {
     terminate: (applicationName) => started().terminate(applicationName),
     ageLease: (schema, slot, ms) => started().ageLease(schema, slot, ms),
     sql: (text, values) => started().sql(text, values),
+    untilSession: (applicationName, until) => started().untilSession(applicationName, until),
+    untilGone: (pids) => started().untilGone(pids),
+    freeze: (pids) => started().freeze(pids),
+    freezeServer: () => started().freezeServer(),
+    thawAll: () => current?.thawAll(),
     close: () => started().close(),
   };
+}
+
+/**
+ * Resolves once `pid` is stopped, where the OS says so (/proc on Linux): SIGSTOP is delivered
+ * asynchronously, and a test that sends a request right after freezing must not be answered.
+ */
+async function untilStopped(pid: number): Promise<void> {
+  for (let i = 0; i < 5_000; i++) {
+    let stat: string;
+    try {
+      stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    } catch {
+      return; // no /proc (not Linux), or the process is gone
+    }
+    // "pid (comm) S …": the state follows the last ')', since comm may contain spaces and parentheses.
+    if (stat.slice(stat.lastIndexOf(')') + 2).startsWith('T')) return;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  throw new Error(`process ${pid} did not stop`);
+}
+
+/**
+ * Counts the connections handed back to a pool with an error: the pool destroys each of those
+ * instead of keeping it (pg-pool's 'release' event carries the error). Counted when the pool is
+ * told, not when the socket's close event comes later.
+ */
+export function countDestroyedConnections(pool: Pool): { readonly count: number } {
+  const counter = { count: 0 };
+  pool.on('release', (error: Error | undefined) => {
+    if (error) counter.count++;
+  });
+  return counter;
+}
+
+/** A lease request for `owner` of `leaseMs`, its records kept 35 days past the slot's window. */
+export function leaseRequest(owner: string, slot: Slot, leaseMs = 60_000): LeaseRequest {
+  return {
+    owner,
+    leaseMs,
+    maxAttempts: 3,
+    expiresAtSeconds: Math.ceil(Date.parse(slot.window) / 1000) + 35 * 86_400,
+    delivery: { invocationId: owner },
+  };
+}
+
+/** Claims `slot` for `owner`, or throws naming what the claim came to instead. */
+export async function claimOrFail(backend: PostgresBackend, slot: Slot, owner: string): Promise<Claim> {
+  const outcome = await backend.claims.claim(slot, leaseRequest(owner, slot), Date.now());
+  if (outcome.kind !== 'claimed')
+    throw new Error(`expected ${owner} to claim, got ${JSON.stringify(outcome)}`);
+  return outcome.claim;
 }
 
 /** What a lossy pool did. */

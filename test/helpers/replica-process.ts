@@ -24,6 +24,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { dirname, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { SOURCE_CONDITION } from '../../infra/package-source.js';
 import type { HandlerResponse } from '../../shared/job/lambda-handler.js';
 import type { ClaimOutcome, ClaimStore } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
@@ -192,11 +193,12 @@ const REPO = resolve(dirname(SCRIPT), '../..');
 /** Starts a replica in a child process (`node --import tsx` on this file). */
 export function startReplica(options: ReplicaOptions): Replica {
   const name = options.name ?? 'replica';
-  const child = spawn(process.execPath, [...(options.nodeFlags ?? []), '--import', 'tsx', SCRIPT], {
-    cwd: REPO,
-    env: { ...process.env, ...replicaEnv(options) },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    // The condition: the job's `slotguard` imports resolve to the sources, as in this process.
+    [...(options.nodeFlags ?? []), `--conditions=${SOURCE_CONDITION}`, '--import', 'tsx', SCRIPT],
+    { cwd: REPO, env: { ...process.env, ...replicaEnv(options) }, stdio: ['pipe', 'pipe', 'pipe'] },
+  );
   const seen: string[] = [];
   const sent: string[] = [];
   const claims: ClaimLine[] = [];

@@ -8,6 +8,7 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as esbuild from 'esbuild';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ClaimsTable } from '../../infra/claims-table.js';
+import { SOURCE_CONDITION } from '../../infra/package-source.js';
 import { POSTGRES_RUNTIME_MODULE, PostgresClaims, PostgresEndpoint } from '../../infra/postgres-claims.js';
 import { ScheduledJob } from '../../infra/scheduled-job.js';
 import { jobSpec, REPOSITORY_ROOT } from './fixtures.js';
@@ -51,6 +52,8 @@ async function bundleWeeklyReport(inject: string[] = []) {
     format: 'esm',
     minify: true,
     mainFields: ['module', 'main'],
+    // As ScheduledJob bundles in this repository: `slotguard` from its sources.
+    conditions: [SOURCE_CONDITION],
     external: ['@aws-sdk/*'],
     banner: {
       js: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",

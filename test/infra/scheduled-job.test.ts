@@ -7,6 +7,7 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import type { IConstruct } from 'constructs';
 import { describe, expect, it } from 'vitest';
+import { jobCatalog } from '../../functions/catalog.js';
 import { ClaimsTable } from '../../infra/claims-table.js';
 import { InfraValidationError } from '../../infra/infra-validation-error.js';
 import { ALARM_PAGING, type AlarmKey } from '../../infra/paging.js';
@@ -17,6 +18,7 @@ import {
   type JobSpec,
 } from '../../shared/job/job-spec.js';
 import { RuntimeEnv } from '../../shared/job/runtime-env.js';
+import { jobDeadlineMs } from '../../shared/watchdog/window-deadline.js';
 import { jobSpec, REPOSITORY_ROOT, stackWithoutBundling } from './fixtures.js';
 
 /** Template JSON as aws-cdk-lib/assertions types it. */
@@ -117,8 +119,8 @@ describe('ScheduledJob refuses props that cannot work, naming the construct, the
     );
     expect(error.prop).toBe('job.schedule.timeZone');
     expect(error.message).toBe(
-      'ScheduledJob \'Test/job\': job.schedule.timeZone "Europe/Moskva" is not a time zone this Node.js knows (Intl); ' +
-        'use an IANA name such as "Europe/Moscow" or "UTC"',
+      'ScheduledJob \'Test/job\': job.schedule.timeZone "Europe/Moskva" is not a name in the IANA time zone database ' +
+        '(EventBridge Scheduler\'s); use an IANA name such as "Europe/Moscow", "America/New_York" or "UTC"',
     );
   });
 
@@ -563,6 +565,14 @@ describe('ScheduledJob: deadlines', () => {
       String(seconds),
     );
   });
+
+  it.each(jobCatalog.map((job) => [job.id, job] as const))(
+    'gives %s the deadline the operator CLI and the watchdog judge its windows by (jobDeadlineMs)',
+    (id, spec) => {
+      const job = addJob(stackWithoutBundling(), id, spec);
+      expect(job.deadline.toMilliseconds()).toBe(jobDeadlineMs(spec));
+    },
+  );
 
   it('takes deadlineMinutes as given, and sizes the redrive count to it', () => {
     const stack = stackWithoutBundling();

@@ -7,6 +7,10 @@ import { describe, expect, it } from 'vitest';
 import { ClaimsTable } from '../../infra/claims-table.js';
 import { ScheduledJob, type ScheduledJobProps } from '../../infra/scheduled-job.js';
 import { JOBS_PER_STOPPED_ALARM } from '../../infra/slotguard-watchdog.js';
+import { emfMetrics } from '../../shared/telemetry/metrics.js';
+import { createWatchdogHandler } from '../../shared/watchdog/watchdog-lambda.js';
+import { EmfRecorder, RecordingLog } from '../helpers/harness.js';
+import { ManualClock } from '../helpers/manual-clock.js';
 import { jobSpec, REPOSITORY_ROOT, stackWithoutBundling } from './fixtures.js';
 
 /** Template JSON as aws-cdk-lib/assertions types it. */
@@ -119,6 +123,47 @@ describe("SlotguardWatchdog: each job's schedule", () => {
     const schedule = Template.fromStack(stack).toJSON().Resources[logicalIdOf(job.watchdogSchedule)];
     // 72 hours and 15 minutes, rounded up, plus a day.
     expect(JSON.parse(schedule.Properties.Target.Input).lookbackHours).toBe(73 + 24);
+  });
+});
+
+describe('SlotguardWatchdog: the input, read by the watchdog handler itself', () => {
+  it('is audited for a rate, a weekly cron and a one-time job alike, each run counting WatchdogRun (no rejected event, no WatchdogStopped)', async () => {
+    const stack = stackWithoutBundling();
+    const claims = new ClaimsTable(stack, 'Claims');
+    const since = new Date('2026-11-30T00:00:00Z');
+    const jobs = [
+      addJob(stack, 'reminder', claims, {
+        job: jobSpec({ id: 'reminder', schedule: { expression: 'rate(15 minutes)' }, timeoutSeconds: 300 }),
+        watchedSince: since,
+      }),
+      addJob(stack, 'weekly', claims, { job: jobSpec({ id: 'weekly' }), watchedSince: since }),
+      addJob(stack, 'once', claims, {
+        job: jobSpec({ id: 'once', schedule: { expression: 'at(2099-01-01T09:00:00)' } }),
+      }),
+    ];
+    const resources = Template.fromStack(stack).toJSON().Resources;
+    const emf = new EmfRecorder();
+    const handler = createWatchdogHandler({
+      // A backend with no records: every window due is missing.
+      claims: { read: async () => undefined },
+      metrics: (jobId) => emfMetrics({ jobId, write: emf.write }),
+      log: () => new RecordingLog(),
+      clock: new ManualClock(Date.parse('2026-11-30T10:00:00Z')),
+    });
+    const responses = [];
+    for (const job of jobs) {
+      responses.push(
+        await handler(JSON.parse(resources[logicalIdOf(job.watchdogSchedule)].Properties.Target.Input)),
+      );
+    }
+    expect(responses.map((r) => r.status)).toEqual(['audited', 'audited', 'audited']);
+    // Since 00:00, the quarter hours due by 09:45 (10:00 minus the grace) are missing: 40 of them. The weekly
+    // window of Monday 30 November 06:00Z is missing too; the one-time job is not due.
+    expect(emf.records.map((r) => [r.JobId, r.WindowMissing, r.WatchdogRun])).toEqual([
+      ['reminder', 40, 1],
+      ['weekly', 1, 1],
+      ['once', 0, 1],
+    ]);
   });
 });
 

@@ -131,9 +131,10 @@ describe('a holder that outlives its lease', () => {
 
     const runA = replica(senderA, clockA).handler(schedulerEvent('weekly-report', WINDOW));
     await paused.promise;
-    await clockB.advance(LEASE + 1_000);
+    // Past the lease and the 2 s skew allowance a takeover waits for.
+    await clockB.advance(LEASE + 3_000);
     const resultB = await replica(senderB, clockB).handler(schedulerEvent('weekly-report', WINDOW, 2));
-    if (options.thawClockAdvances) await clockA.advance(LEASE + 1_000);
+    if (options.thawClockAdvances) await clockA.advance(LEASE + 3_000);
     thaw.resolve();
     const resultA = await runA;
 

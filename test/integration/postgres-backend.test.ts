@@ -13,6 +13,7 @@ import {
   purgeExpired,
   SCHEMA_VERSION,
 } from '../../shared/backends/postgres/index.js';
+import { resolveTimeouts } from '../../shared/backends/postgres/postgres-executor.js';
 import { beginTransaction, sqlFor } from '../../shared/backends/postgres/sql.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import type { EmailSender } from '../../shared/effects/email-sender.js';
@@ -734,6 +735,27 @@ describe('Postgres backend: schema, timeouts and operations', () => {
     await expect(unconfigured.claims.claim(freshSlot(), lease('a'), Date.now())).rejects.toThrow(
       /create the pool with createPostgresPool\(\{ timeouts \}\)/,
     );
+  });
+
+  it('refuses a client-side deadline out of range, a lease shorter than three deadlines, and a pool that would wait forever to connect', async () => {
+    const schema = await postgres.freshSchema();
+    expect(() => postgres.backend(schema, { timeouts: { deadlineMs: 0 } })).toThrow(
+      'timeouts.deadlineMs is 0; use whole milliseconds from 100 to 600000',
+    );
+    // Unset, the deadline is the longest of the server limits, so it never lowers the shortest lease.
+    expect(resolveTimeouts().deadlineMs).toBe(5_000);
+    expect(resolveTimeouts({ statementMs: 7_000 }).deadlineMs).toBe(7_000);
+    const slow = postgres.backend(schema, { timeouts: { deadlineMs: 8_000 } });
+    await expect(slow.claims.claim(freshSlot(), lease('a', { leaseMs: 20_000 }), Date.now())).rejects.toThrow(
+      /allow a single operation to take 8000 ms; use a lease of at least 24000 ms/,
+    );
+
+    expect(() => postgres.pool({ connectionTimeoutMs: 0 })).toThrow(
+      /connectionTimeoutMs is 0; use whole milliseconds from 100 to 600000/,
+    );
+    // A pool's connect is bounded by the deadline unless told otherwise.
+    expect(postgres.pool().options.connectionTimeoutMillis).toBe(5_000);
+    expect(postgres.pool({ timeouts: { deadlineMs: 800 } }).options.connectionTimeoutMillis).toBe(800);
   });
 
   it('purges slots and effects past their retention and keeps the rest', async () => {

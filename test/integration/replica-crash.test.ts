@@ -44,7 +44,7 @@ describe('a replica killed mid-run', () => {
     expect(receivedBeforeTakeover).toBeGreaterThanOrEqual(163);
 
     // The survivor's clock is past the dead holder's lease (60 s from the system clock it used).
-    const clock = new ManualClock(Date.now() + 61_000);
+    const clock = new ManualClock(Date.now() + 63_000);
     const backend = testBackend(dynamo.client(), table);
     const smtp = smtpSender({ host: sink.host, port: sink.port });
     const emf = new EmfRecorder();

@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -36,6 +36,23 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
     });
     expect(text()).toMatch(/emails delivered\s+900\s+300/);
     expect(text()).toContain('300 customers, 3 replicas: unguarded sent 900, slotguard sent 300.');
+  });
+
+  it('prints the window as slots and logs spell it (…:00Z), not as toISOString does (…:00.000Z)', async () => {
+    const { out, text } = collector();
+    const ownDir = await mkdtemp(join(outputDir, 'window-'));
+    await runIncidentDemo({ replicas: 2, recipients: 10, concurrency: 4, outputDir: ownDir, out });
+
+    const printed = /fire the weekly report for window (\S+), /.exec(text())?.[1];
+    expect(printed).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:00Z$/);
+    expect(text()).not.toContain('.000Z');
+    const logged = (await readFile(join(ownDir, 'last-run.log.jsonl'), 'utf8'))
+      .split('\n')
+      .filter((line) => line.length > 0)
+      .map((line) => (JSON.parse(line) as { window?: string }).window);
+    // Claimed, stood down, completed: every line names the window, spelled as printed.
+    expect(logged.length).toBeGreaterThanOrEqual(3);
+    expect(new Set(logged)).toEqual(new Set([printed]));
   });
 
   it('still delivers exactly one email per customer with duplicates, a retry, a crash and a pause injected', async () => {

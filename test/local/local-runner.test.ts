@@ -146,7 +146,7 @@ describe('the local runner', () => {
         if (unhandled.length === 0) {
           await Promise.race([window, new Promise<void>((resolve) => (wake = resolve))]);
         }
-        if (unhandled.shift() !== undefined) await clock.advance(LEASE_MS + 1_000);
+        if (unhandled.shift() !== undefined) await clock.advance(LEASE_MS + 3_000);
       }
     }
     await local.stop();
@@ -174,7 +174,7 @@ describe('the local runner', () => {
     const fired = local.fire(job, window);
     expect(await struck).toMatch(/replica-\d crashed at effect \d+ \((before|after)-send\)/);
     // The crashed holder's lease has to run out before anyone may take the slot over.
-    await clock.advance(LEASE_MS + 1_000);
+    await clock.advance(LEASE_MS + 3_000);
     const report = await fired;
 
     expect(report.claimedBy).toHaveLength(2);
@@ -195,7 +195,7 @@ describe('the local runner', () => {
     const local = runner(backend, clock, [job], { faults: ['pause', 'duplicate'], seed: 11, onFault });
     const fired = local.fire(job, new Date('2026-11-30T06:15:00Z'));
     expect(await struck).toMatch(/froze at effect/);
-    await clock.advance(LEASE_MS + 1_000);
+    await clock.advance(LEASE_MS + 3_000);
     const report = await fired;
 
     expect(report.claimedBy).toHaveLength(2);

@@ -1,7 +1,7 @@
 import { Cron } from 'croner';
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
-import { JobSchedule, ScheduleError } from '../../shared/schedule/fire-times.js';
+import { describe, expect, it, vi } from 'vitest';
+import { JobSchedule, MAX_SKIPPED_IN_A_ROW, ScheduleError } from '../../shared/schedule/fire-times.js';
 import { parseSchedule } from '../../shared/schedule/schedule-expression.js';
 import { instantsAtWallClock, wallClockAt } from '../../shared/schedule/time-zone.js';
 
@@ -197,6 +197,47 @@ describe('JobSchedule: cron with Scheduler’s daylight-saving rules', () => {
   });
 });
 
+describe('JobSchedule: a cron that only matches local times the clocks skip', () => {
+  /** How many wall-clock matches croner is asked for while `run` runs. */
+  function matchesRead(run: () => void): number {
+    const nextRun = vi.spyOn(Cron.prototype, 'nextRun');
+    try {
+      run();
+      return nextRun.mock.calls.length;
+    } finally {
+      nextRun.mockRestore();
+    }
+  }
+
+  it('stops after MAX_SKIPPED_IN_A_ROW skipped matches instead of reading every match to croner’s year 3000', () => {
+    // Every minute of the hour Berlin skips on the last Sunday of March: 60 a year, none exists.
+    const schedule = new JobSchedule({ expression: 'cron(* 2 ? 3 1L *)', timeZone: 'Europe/Berlin' });
+    let fires: Date[] = [];
+    const read = matchesRead(() => {
+      fires = schedule.firesBetween(Date.parse('2026-01-01T00:00:00Z'), Date.parse('2900-01-01T00:00:00Z'));
+    });
+    expect(fires).toEqual([]);
+    // Unbounded, the walk read 58,380 matches (974 years × 60), several seconds of work.
+    expect(read).toBe(MAX_SKIPPED_IN_A_ROW);
+    expect(read).toBeLessThan(2_000);
+  });
+
+  it('walks through a whole skipped day of a per-minute cron (Samoa, 30 December 2011) without stopping', () => {
+    // Apia went from 29 December 23:59 (UTC-10) straight to 31 December 00:00 (UTC+14).
+    expect(
+      fires('cron(* * * * ? *)', 'Pacific/Apia', '2011-12-30T09:58:00Z', '2011-12-30T10:02:00Z'),
+    ).toEqual(['2011-12-30T09:58Z', '2011-12-30T09:59Z', '2011-12-30T10:00Z', '2011-12-30T10:01Z']);
+  });
+
+  it('ends with Scheduler’s last year, 2199', () => {
+    const schedule = new JobSchedule({ expression: 'cron(0 9 1 1 ? *)', timeZone: 'UTC' });
+    expect(schedule.nextFireAfter(Date.parse('2199-01-01T09:00:00Z'))).toBeUndefined();
+    expect(schedule.nextFireAfter(Date.parse('2198-06-01T00:00:00Z'))?.toISOString()).toBe(
+      '2199-01-01T09:00:00.000Z',
+    );
+  });
+});
+
 describe('JobSchedule: rate and at', () => {
   it('fires a rate on its grid, counted from the Unix epoch by default, whatever the zone’s clocks do', () => {
     expect(
@@ -250,6 +291,35 @@ describe('JobSchedule: rate and at', () => {
       ok: false,
       field: 'timeZone',
     });
+  });
+});
+
+describe('JobSchedule: the fire a late timer belongs to', () => {
+  const lordHowe = new JobSchedule({ expression: 'cron(0/30 1 * * ? *)', timeZone: 'Australia/Lord_Howe' });
+
+  it('maps a timer that went off at the repeated 01:30 to the first one, the only fire', () => {
+    // 4 April 2026, 14:30Z is 01:30 LHDT; 15:00Z is 01:30 again (LHST), not a fire of its own.
+    expect(lordHowe.lastFireAtOrBefore(Date.parse('2026-04-04T15:10:00Z'))?.toISOString()).toBe(
+      '2026-04-04T14:30:00.000Z',
+    );
+    expect(lordHowe.lastFireAtOrBefore(Date.parse('2026-04-04T14:30:00Z'))?.toISOString()).toBe(
+      '2026-04-04T14:30:00.000Z',
+    );
+    expect(lordHowe.lastFireAtOrBefore(Date.parse('2026-04-04T14:29:59Z'))?.toISOString()).toBe(
+      '2026-04-04T14:00:00.000Z',
+    );
+  });
+
+  it('looks back as far as a yearly cron needs, and finds nothing before a one-time schedule', () => {
+    const yearly = new JobSchedule({ expression: 'cron(0 9 1 1 ? *)', timeZone: 'UTC' });
+    expect(yearly.lastFireAtOrBefore(Date.parse('2026-12-31T23:59:00Z'))?.toISOString()).toBe(
+      '2026-01-01T09:00:00.000Z',
+    );
+    const once = new JobSchedule({ expression: 'at(2027-01-15T09:00:00)', timeZone: 'UTC' });
+    expect(once.lastFireAtOrBefore(Date.parse('2027-01-15T08:59:00Z'))).toBeUndefined();
+    expect(once.lastFireAtOrBefore(Date.parse('2027-03-01T00:00:00Z'))?.toISOString()).toBe(
+      '2027-01-15T09:00:00.000Z',
+    );
   });
 });
 

@@ -12,6 +12,7 @@ import { DynamoEffectLedger } from './dynamodb-effect-ledger.js';
 import { FullJitterRetryStrategy } from './dynamodb-retry-strategy.js';
 import { TableLayout } from './table-layout.js';
 
+/** How to build the DynamoDB backend: the client, the claims table and the effect-key hasher. */
 export interface DynamoBackendOptions {
   readonly client: DynamoDBClient;
   readonly tableName: string;
@@ -46,6 +47,7 @@ export function dynamoBackend(options: DynamoBackendOptions): SlotBackend {
   };
 }
 
+/** Options of `createDynamoClient`. */
 export interface DynamoClientOptions {
   /** Another endpoint than AWS's (dynalite on loopback, say); local credentials are used with it. */
   readonly endpoint?: string;

@@ -119,6 +119,7 @@ export class DynamoClaimStore implements ClaimStore {
       ':released': str(SlotState.Released),
       ':owner': str(lease.owner),
       ':now': num(now),
+      ':takeoverBefore': num(now - (lease.takeoverSkewMs ?? 0)),
       ':leaseUntil': num(leaseUntil),
       ':zero': num(0),
       ':one': num(1),
@@ -133,7 +134,7 @@ export class DynamoClaimStore implements ClaimStore {
       ':deadline': num(lease.deadline),
     };
     const isNew = 'attribute_not_exists(#state)';
-    const isExpiredLease = '(#state = :running AND #leaseUntil < :now)';
+    const isExpiredLease = '(#state = :running AND #leaseUntil < :takeoverBefore)';
     const isReleased =
       '(#state = :released AND (attribute_not_exists(#resumeAfter) OR #resumeAfter <= :now))';
     try {
@@ -196,7 +197,9 @@ export class DynamoClaimStore implements ClaimStore {
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw storeError('claim', slot, error);
       const current = await this.#current(slot, error);
-      return current ? claimOutcomeOfConflict(slot, current, lease.owner, now) : 'claimable';
+      return current
+        ? claimOutcomeOfConflict(slot, current, lease.owner, now, lease.takeoverSkewMs)
+        : 'claimable';
     }
   }
 

@@ -82,26 +82,30 @@ export class MemoryClaimStore implements ClaimStore {
 
   async #claimOnce(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome | 'claimable'> {
     const leaseUntil = now + lease.leaseMs;
-    const result = await this.#write({ operation: 'claim', slot }, claimable(now), (old) => ({
-      ...withoutRunFields(old),
-      state: SlotState.Running,
-      owner: lease.owner,
-      epoch: (old?.epoch ?? 0) + 1,
-      leaseUntil,
-      attempts: (old?.attempts ?? 0) + 1,
-      failures: old?.failures ?? 0,
-      claimedAt: now,
-      expiresAt: lease.expiresAtSeconds,
-      jobId: slot.jobId,
-      window: slot.window,
-      executionId: lease.delivery.executionId ?? '',
-      attemptNumber: lease.delivery.attemptNumber ?? 0,
-      invocationId: lease.delivery.invocationId ?? '',
-      backfilled: lease.delivery.backfilled === true,
-      maxAttempts: lease.maxAttempts,
-      deadline: old?.deadline ?? lease.deadline,
-      noProgress: old?.noProgress ?? 0,
-    }));
+    const result = await this.#write(
+      { operation: 'claim', slot },
+      claimable(now, lease.takeoverSkewMs ?? 0),
+      (old) => ({
+        ...withoutRunFields(old),
+        state: SlotState.Running,
+        owner: lease.owner,
+        epoch: (old?.epoch ?? 0) + 1,
+        leaseUntil,
+        attempts: (old?.attempts ?? 0) + 1,
+        failures: old?.failures ?? 0,
+        claimedAt: now,
+        expiresAt: lease.expiresAtSeconds,
+        jobId: slot.jobId,
+        window: slot.window,
+        executionId: lease.delivery.executionId ?? '',
+        attemptNumber: lease.delivery.attemptNumber ?? 0,
+        invocationId: lease.delivery.invocationId ?? '',
+        backfilled: lease.delivery.backfilled === true,
+        maxAttempts: lease.maxAttempts,
+        deadline: old?.deadline ?? lease.deadline,
+        noProgress: old?.noProgress ?? 0,
+      }),
+    );
     if (result.committed) {
       const old = result.old;
       const epoch = (old?.epoch ?? 0) + 1;
@@ -121,7 +125,9 @@ export class MemoryClaimStore implements ClaimStore {
       };
     }
     const current = await this.#current(slot, result.item);
-    return current ? claimOutcomeOfConflict(slot, current, lease.owner, now) : 'claimable';
+    return current
+      ? claimOutcomeOfConflict(slot, current, lease.owner, now, lease.takeoverSkewMs)
+      : 'claimable';
   }
 
   async renew(claim: Claim, leaseMs: number, now: number): Promise<RenewOutcome> {
@@ -249,17 +255,20 @@ export class MemoryClaimStore implements ClaimStore {
 }
 
 /**
- * `attribute_not_exists(#state) OR (#state = :running AND #leaseUntil < :now) OR
+ * `attribute_not_exists(#state) OR (#state = :running AND #leaseUntil < :takeoverBefore) OR
  * (#state = :released AND (attribute_not_exists(#resumeAfter) OR #resumeAfter <= :now))`
  */
-function claimable(now: number): Condition<SlotItem> {
+function claimable(now: number, takeoverSkewMs: number): Condition<SlotItem> {
+  const takeoverBefore = now - takeoverSkewMs;
   return {
     expression:
-      'attribute_not_exists(#state) OR (#state = :running AND #leaseUntil < :now) OR ' +
+      'attribute_not_exists(#state) OR (#state = :running AND #leaseUntil < :takeoverBefore) OR ' +
       '(#state = :released AND (attribute_not_exists(#resumeAfter) OR #resumeAfter <= :now))',
     holds: (item) =>
       !item ||
-      (item.state === SlotState.Running && item.leaseUntil !== undefined && item.leaseUntil < now) ||
+      (item.state === SlotState.Running &&
+        item.leaseUntil !== undefined &&
+        item.leaseUntil < takeoverBefore) ||
       (item.state === SlotState.Released && (item.resumeAfter === undefined || item.resumeAfter <= now)),
   };
 }

@@ -30,7 +30,8 @@ export {
 } from './postgres-backend.js';
 export { type LeaseClock, PostgresClaimStore, type PostgresSlotRecord } from './postgres-claim-store.js';
 export { PostgresEffectLedger } from './postgres-effect-ledger.js';
-export { DEFAULT_TIMEOUTS, type PostgresTimeouts } from './postgres-executor.js';
+export { PostgresDeadlineError } from './postgres-errors.js';
+export { type AwaitedReply, DEFAULT_TIMEOUTS, type PostgresTimeouts } from './postgres-executor.js';
 export { advisoryLockKey, MAX_KEY_HASH_LENGTH } from './postgres-keys.js';
 export { PostgresOperatorStore, type PostgresOperatorStoreOptions } from './postgres-operator-store.js';
 export { assertSchemaName, SCHEMA_NAME_PATTERN, SCHEMA_VERSION } from './sql.js';

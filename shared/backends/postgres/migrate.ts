@@ -1,6 +1,6 @@
 import type { Pool } from 'pg';
 import { translateError } from './postgres-errors.js';
-import { DEFAULT_TIMEOUTS, PostgresExecutor } from './postgres-executor.js';
+import { PostgresExecutor, resolveTimeouts } from './postgres-executor.js';
 import { SCHEMA_VERSION, sqlFor } from './sql.js';
 
 /** Options of migrate. */
@@ -29,7 +29,8 @@ export async function migrate(pool: Pool, options: MigrateOptions): Promise<Migr
   const sql = sqlFor(options.schema);
   // DDL takes locks a running backend may hold for a moment: wait for them up to lock_timeout,
   // as any other transaction would, rather than queue behind them indefinitely.
-  const executor = new PostgresExecutor({ pool, timeouts: { ...DEFAULT_TIMEOUTS, statementMs: 60_000 } });
+  // The client-side deadline follows (60 s): a migration run by hand still ends if the server freezes.
+  const executor = new PostgresExecutor({ pool, timeouts: resolveTimeouts({ statementMs: 60_000 }) });
   try {
     const applied = await executor.transaction(async (query) => {
       let rows: unknown[] = [];
@@ -73,7 +74,7 @@ export interface PurgeResult {
 export async function purgeExpired(pool: Pool, options: PurgeOptions): Promise<PurgeResult> {
   const sql = sqlFor(options.schema);
   const batch = options.batchSize ?? 5_000;
-  const executor = new PostgresExecutor({ pool, timeouts: DEFAULT_TIMEOUTS });
+  const executor = new PostgresExecutor({ pool, timeouts: resolveTimeouts() });
   const purge = async (statement: string) => {
     let total = 0;
     for (;;) {

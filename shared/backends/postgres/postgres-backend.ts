@@ -1,18 +1,23 @@
 import type { ConnectionOptions } from 'node:tls';
 import pg, { type Pool } from 'pg';
 import type { EffectKeyHasher } from '../../effects/effect-key.js';
+import { ConfigurationError } from '../../errors.js';
 import type { SlotBackend } from '../../job/run-slot.js';
 import { assertLeaseClock, type LeaseClock, PostgresClaimStore } from './postgres-claim-store.js';
 import { PostgresEffectLedger } from './postgres-effect-ledger.js';
 import { PostgresExecutor, type PostgresTimeouts, resolveTimeouts } from './postgres-executor.js';
+import { DEFAULT_SCHEMA } from './postgres-settings.js';
 import { assertSchemaName, sqlFor } from './sql.js';
 
-/** The schema slotguard uses when none is named. */
-export const DEFAULT_SCHEMA = 'slotguard';
+export { DEFAULT_SCHEMA };
 
 /** Options of postgresBackend. */
 export interface PostgresBackendOptions {
-  /** The pool statements run on: createPostgresPool's, or your own. */
+  /**
+   * The pool statements run on: createPostgresPool's, or your own. Give your own a
+   * `connectionTimeoutMillis`: the deadline ends a call that waits for a connection, but only the
+   * pool can end the connection attempt itself.
+   */
   readonly pool: Pool;
   /**
    * The schema holding slotguard's tables, created by `migrate`.
@@ -27,12 +32,12 @@ export interface PostgresBackendOptions {
    */
   readonly leaseClock?: LeaseClock;
   /**
-   * Session limits, each well under the lease.
-   * @default { statementMs: 5000, lockMs: 2000, idleInTransactionMs: 5000, scope: 'transaction' }
+   * Session limits and the client-side deadline of every call, each well under the lease.
+   * @default { statementMs: 5000, lockMs: 2000, idleInTransactionMs: 5000, deadlineMs: 5000, scope: 'transaction' }
    */
   readonly timeouts?: PostgresTimeouts;
   /**
-   * Tries per operation on a dropped connection, deadlock or lock timeout.
+   * Tries per operation on a dropped connection, deadlock or lock timeout, within the deadline.
    * @default 3
    */
   readonly attempts?: number;
@@ -108,8 +113,10 @@ export interface PostgresPoolOptions {
    */
   readonly keepAliveInitialDelayMs?: number;
   /**
-   * Giving up on opening a connection.
-   * @default 10_000
+   * Giving up on opening a connection, or on waiting for a free one when all are in use. A server
+   * that is frozen accepts the TCP connection (the kernel does) and never answers the startup
+   * message: without this limit the attempt, and the pool slot it holds, would wait forever.
+   * @default the client-side deadline of `timeouts` (5_000 by default)
    */
   readonly connectionTimeoutMs?: number;
   /**
@@ -133,7 +140,7 @@ export interface PostgresPoolOptions {
 }
 
 /**
- * A pg Pool set up for slotguard: TCP keepalive, a connect timeout, an application name, optional
+ * A pg Pool set up for slotguard: TCP keepalive, a bounded connect, an application name, optional
  * per-connection timeouts, and an idle-error handler (without one, a server ending an idle
  * connection would crash the process with an unhandled 'error' event).
  * @example const pool = createPostgresPool({ host, database: 'app', user: 'slotguard', password: rdsIamPassword({ hostname: host, username: 'slotguard' }), ssl: { ca } })
@@ -142,6 +149,19 @@ export function createPostgresPool(options: PostgresPoolOptions = {}): Pool {
   const startup = options.timeouts
     ? resolveTimeouts({ ...options.timeouts, scope: 'connection' })
     : undefined;
+  const connectionTimeoutMs = options.connectionTimeoutMs ?? resolveTimeouts(options.timeouts).deadlineMs;
+  if (
+    !Number.isSafeInteger(connectionTimeoutMs) ||
+    connectionTimeoutMs < 100 ||
+    connectionTimeoutMs > 600_000
+  ) {
+    // pg reads 0 as "no limit": a connection to a frozen server would then never give up.
+    throw new ConfigurationError(
+      'connectionTimeoutMs',
+      `connectionTimeoutMs is ${connectionTimeoutMs}; use whole milliseconds from 100 to 600000, for example ` +
+        'the client-side deadline (timeouts.deadlineMs, 5000 by default)',
+    );
+  }
   const pool = new pg.Pool({
     ...(options.connectionString !== undefined ? { connectionString: options.connectionString } : {}),
     ...(options.host !== undefined ? { host: options.host } : {}),
@@ -154,7 +174,7 @@ export function createPostgresPool(options: PostgresPoolOptions = {}): Pool {
     application_name: options.applicationName ?? 'slotguard',
     keepAlive: true,
     keepAliveInitialDelayMillis: options.keepAliveInitialDelayMs ?? 10_000,
-    connectionTimeoutMillis: options.connectionTimeoutMs ?? 10_000,
+    connectionTimeoutMillis: connectionTimeoutMs,
     idleTimeoutMillis: options.idleTimeoutMs ?? 30_000,
     ...(startup
       ? {

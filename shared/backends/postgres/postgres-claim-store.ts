@@ -133,6 +133,8 @@ export class PostgresClaimStore implements ClaimStore {
    *      for the read that explains why
    * Steps 1 and 2 only save work: with the advisory lock ignored entirely, step 3 alone still grants
    * each epoch exactly once.
+   *   4. COMMIT, sent only once the upsert's reply is in: a claim abandoned at the client-side
+   *      deadline before that grants nothing, even when a frozen server thaws and runs the upsert
    */
   async claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
     assertSlot(slot);
@@ -231,14 +233,20 @@ export class PostgresClaimStore implements ClaimStore {
 
   async #readRow(slot: Slot): Promise<SlotRow | undefined> {
     try {
-      const [row] = await this.#executor.query<SlotRow>(this.#sql.readSlot, [slot.jobId, slot.window]);
+      const [row] = await this.#executor.read<SlotRow>(this.#sql.readSlot, [slot.jobId, slot.window]);
       return row;
     } catch (error) {
       throw translateError('read', describeSlot(slot), this.#schema, error);
     }
   }
 
-  /** A fenced write: the statement's first four parameters are always job, window, owner, epoch. */
+  /**
+   * A fenced write: the statement's first four parameters are always job, window, owner, epoch. The
+   * executor sends it inside BEGIN … COMMIT with COMMIT only after its reply, so a renewal, completion
+   * or release abandoned at the client-side deadline while its statement was unanswered never
+   * commits, even when the server thaws later; one whose COMMIT was already sent may (the error says
+   * which).
+   */
   async #write(operation: string, claim: Claim, text: string, rest: unknown[]): Promise<unknown[]> {
     assertSlot(claim.slot);
     assertOwner(claim.owner);
@@ -282,8 +290,9 @@ export class PostgresClaimStore implements ClaimStore {
     if (!Number.isFinite(leaseMs) || leaseMs < 3 * longest) {
       throw new ConfigurationError(
         'leaseMs',
-        `leaseMs is ${leaseMs} but the Postgres timeouts allow a single operation to take ${longest} ms; ` +
-          `use a lease of at least ${3 * longest} ms or lower timeouts, so a stuck statement gives up while the lease still holds`,
+        `leaseMs is ${leaseMs} but the Postgres timeouts (the server's limits and the client-side deadline) allow ` +
+          `a single operation to take ${longest} ms; use a lease of at least ${3 * longest} ms or lower timeouts, ` +
+          'so a stuck statement or a frozen server is given up on while the lease still holds',
       );
     }
   }

@@ -44,7 +44,10 @@ const PAGE = 1_000;
  *   mark     UPDATE to DONE where the reservation is ours                   → later runs skip it
  * A crash between reserve and mark leaves RESERVED with epoch e; a later epoch reports it IN DOUBT
  * (the email may or may not have gone) instead of sending again. A holder that has been taken over
- * reserves nothing: the lease check in the same statement fails first.
+ * reserves nothing: the lease check in the same statement fails first. A batch abandoned at the
+ * client-side deadline before its COMMIT was sent reserves nothing either, even once a frozen server
+ * thaws (see PostgresExecutor.query); had it committed unseen, its keys would read as in doubt to
+ * the next epoch although nothing was sent.
  */
 export class PostgresEffectLedger implements EffectLedger {
   readonly #executor: PostgresExecutor;
@@ -149,7 +152,7 @@ export class PostgresEffectLedger implements EffectLedger {
     for (;;) {
       let rows: EffectRow[];
       try {
-        rows = await this.#executor.query<EffectRow>(this.#sql.listEffects, [
+        rows = await this.#executor.read<EffectRow>(this.#sql.listEffects, [
           slot.jobId,
           slot.window,
           after,
@@ -203,7 +206,7 @@ export class PostgresEffectLedger implements EffectLedger {
     for (let start = 0; start < keyHashes.length; start += CHUNK) {
       let page: EffectRow[];
       try {
-        page = await this.#executor.query<EffectRow>(this.#sql.readEffects, [
+        page = await this.#executor.read<EffectRow>(this.#sql.readEffects, [
           slot.jobId,
           slot.window,
           keyHashes.slice(start, start + CHUNK),

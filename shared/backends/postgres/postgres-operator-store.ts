@@ -40,8 +40,10 @@ export interface PostgresOperatorStoreOptions {
    */
   readonly leaseClock?: LeaseClock;
   /**
-   * Session limits of each operator transaction.
-   * @default { statementMs: 5000, lockMs: 2000, idleInTransactionMs: 5000, scope: 'transaction' }
+   * Session limits of each operator transaction, and its client-side deadline: an operator's write
+   * to a frozen server fails with a PostgresDeadlineError instead of hanging the CLI, and one given
+   * up on before its COMMIT was sent never commits.
+   * @default { statementMs: 5000, lockMs: 2000, idleInTransactionMs: 5000, deadlineMs: 5000, scope: 'transaction' }
    */
   readonly timeouts?: PostgresTimeouts;
   /**

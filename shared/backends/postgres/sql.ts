@@ -1,6 +1,6 @@
 import { escapeIdentifier } from 'pg';
 import { ConfigurationError } from '../../errors.js';
-import { describe } from '../../slot/slot.js';
+import { assertSchemaName } from './postgres-settings.js';
 
 /**
  * Every SQL statement of the Postgres backend, in one place.
@@ -16,19 +16,7 @@ import { describe } from '../../slot/slot.js';
  *   caller's clock reading on the caller clock (see `LeaseClock`). One text serves both.
  */
 
-/** Schema names slotguard accepts: lower-case letters, digits and underscores, a letter or `_` first. */
-export const SCHEMA_NAME_PATTERN = /^[a-z_][a-z0-9_]{0,62}$/;
-
-/** Validates a schema name; the error names the value and the rule. */
-export function assertSchemaName(schema: unknown): asserts schema is string {
-  if (typeof schema !== 'string' || !SCHEMA_NAME_PATTERN.test(schema) || schema.startsWith('pg_')) {
-    throw new ConfigurationError(
-      'schema',
-      `schema ${describe(schema)} is not a usable schema name: use 1-63 lower-case letters, digits or ` +
-        'underscores, a letter or underscore first and not "pg_" (for example "slotguard")',
-    );
-  }
-}
+export { assertSchemaName, SCHEMA_NAME_PATTERN } from './postgres-settings.js';
 
 /**
  * The version the migration below brings a schema to.

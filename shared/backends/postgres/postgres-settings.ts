@@ -1,0 +1,35 @@
+import { ConfigurationError } from '../../errors.js';
+import { describe } from '../../slot/slot.js';
+import type { ResolvedTimeouts } from './postgres-executor.js';
+
+/**
+ * The Postgres backend's defaults and the rule for schema names, in a module that does not load
+ * `pg`: the CDK constructs (PostgresClaims) check them at synth time, where `pg`, an optional peer
+ * dependency, need not be installed.
+ */
+
+/** The schema slotguard uses when none is named. */
+export const DEFAULT_SCHEMA = 'slotguard';
+
+/** Schema names slotguard accepts: lower-case letters, digits and underscores, a letter or `_` first. */
+export const SCHEMA_NAME_PATTERN = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/** Validates a schema name; the error names the value and the rule. */
+export function assertSchemaName(schema: unknown): asserts schema is string {
+  if (typeof schema !== 'string' || !SCHEMA_NAME_PATTERN.test(schema) || schema.startsWith('pg_')) {
+    throw new ConfigurationError(
+      'schema',
+      `schema ${describe(schema)} is not a usable schema name: use 1-63 lower-case letters, digits or ` +
+        'underscores, a letter or underscore first and not "pg_" (for example "slotguard")',
+    );
+  }
+}
+
+/** The session timeouts' defaults: a few seconds, for leases of a minute. */
+export const DEFAULT_TIMEOUTS: ResolvedTimeouts = {
+  statementMs: 5_000,
+  lockMs: 2_000,
+  idleInTransactionMs: 5_000,
+  deadlineMs: 5_000,
+  scope: 'transaction',
+};
