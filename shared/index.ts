@@ -41,6 +41,8 @@ export { defineJob, type JobContext, type JobDefinition } from './job/job-defini
 export {
   CatchUpMode,
   type CatchUpPolicy,
+  DEFAULT_DEADLINE_CAP_MINUTES,
+  defaultDeadlineSeconds,
   JOB_DEFAULTS,
   type JobSpec,
   type ScheduleSpec,

@@ -1,8 +1,5 @@
-import type { JobSpec } from '../job/job-spec.js';
+import { defaultDeadlineSeconds, JOB_DEFAULTS, type JobSpec } from '../job/job-spec.js';
 import { JobSchedule } from '../schedule/fire-times.js';
-
-/** The longest a window is given by default: a weekly or monthly window is finished within 6 hours or pages. */
-export const DEFAULT_DEADLINE_CAP_MS = 6 * 3_600_000;
 
 /** Fires followed to find the shortest gap: a year of a weekly job, ten days of a 15-minute one. */
 const FIRES_WALKED = 1_000;
@@ -10,17 +7,20 @@ const FIRES_WALKED = 1_000;
 /**
  * How long after its scheduled time a window of `job` must be finished: the job's own
  * `deadlineMinutes` when its spec sets one, else the earlier of the shortest gap between two of its
- * consecutive fires (a window should be over before the next one starts) and 6 hours. The operator
- * CLI judges and re-drives windows by it; the construct's SLOTGUARD_DEADLINE_SECONDS and the
- * watchdog event's deadlineSeconds should come from it too, so all three agree on a window's deadline.
+ * consecutive fires (a window should be over before the next one starts) and 6 hours, never
+ * shorter than the function timeout: defaultDeadlineSeconds, the rule ScheduledJob applies to its
+ * own measure of the gap for SLOTGUARD_DEADLINE_SECONDS and the watchdog event's deadlineSeconds.
+ * The operator CLI judges and re-drives windows by it.
  * @example jobDeadlineMs({ schedule: { expression: 'rate(15 minutes)' } }) // 900_000
  */
 export function jobDeadlineMs(
-  job: Pick<JobSpec, 'schedule'> & { readonly deadlineMinutes?: number },
+  job: Pick<JobSpec, 'schedule' | 'timeoutSeconds'> & { readonly deadlineMinutes?: number },
   from: number = Date.now(),
 ): number {
   if (job.deadlineMinutes !== undefined) return job.deadlineMinutes * 60_000;
-  return Math.min(shortestGapMs(new JobSchedule(job.schedule), from), DEFAULT_DEADLINE_CAP_MS);
+  const gap = shortestGapMs(new JobSchedule(job.schedule), from);
+  const timeoutSeconds = job.timeoutSeconds ?? JOB_DEFAULTS.timeoutSeconds;
+  return defaultDeadlineSeconds(Number.isFinite(gap) ? gap : undefined, timeoutSeconds) * 1000;
 }
 
 /**
