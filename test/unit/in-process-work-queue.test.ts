@@ -84,7 +84,7 @@ describe('the in-process event source', () => {
   }
 
   it('runs at most maximumConcurrency invocations at once and delivers the rest as they finish', async () => {
-    const gates: ReturnType<typeof deferred>[] = [];
+    const gates: ReturnType<typeof deferred<void>>[] = [];
     const seen: string[] = [];
     const { clock, queue, source, reports } = setUp(async (event) => {
       seen.push(event.Records.map((r) => r.body).join());
