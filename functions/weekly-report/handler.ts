@@ -1,12 +1,12 @@
 import { SesEmailSender } from '../../shared/effects/ses-email-sender.js';
 import { jobHandlerFromEnvironment } from '../../shared/job/lambda-environment.js';
 import { weeklyReportJob } from './job.js';
-import { syntheticCustomers } from './recipients.js';
+import { syntheticCustomerSource } from './recipients.js';
 
-/** The weekly report's Lambda. Replace `syntheticCustomers` with your customer source. */
+/** The weekly report's Lambda. Replace `syntheticCustomerSource` with your customer source. */
 export const handler = jobHandlerFromEnvironment(
   weeklyReportJob({
-    customers: () => syntheticCustomers(Number(process.env.WEEKLY_REPORT_CUSTOMERS ?? 0)),
+    customers: () => syntheticCustomerSource(Number(process.env.WEEKLY_REPORT_CUSTOMERS ?? 0)),
     sender: SesEmailSender.fromEnvironment(),
   }),
 );

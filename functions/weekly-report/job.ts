@@ -1,12 +1,16 @@
 import type { EmailSender } from '../../shared/effects/email-sender.js';
+import type { ResumableSource } from '../../shared/effects/resumable-source.js';
 import { defineJob, type JobDefinition } from '../../shared/job/job-definition.js';
 import type { Customer } from './recipients.js';
 
 export const WEEKLY_REPORT_JOB_ID = 'weekly-report';
 
 export interface WeeklyReportDeps {
-  /** The customers of one window, streamed. */
-  readonly customers: (window: Date) => AsyncIterable<Customer>;
+  /**
+   * The customers of one window, streamed. A ResumableSource lets a run that continues the window
+   * read on from the last checkpoint rather than from the first customer.
+   */
+  readonly customers: (window: Date) => AsyncIterable<Customer> | ResumableSource<Customer>;
   readonly sender: EmailSender;
   /** Emails in flight at once. @default the run's effectConcurrency */
   readonly concurrency?: number;
