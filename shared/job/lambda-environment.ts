@@ -1,7 +1,5 @@
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { createDynamoClient, dynamoBackend } from '../backends/dynamodb/dynamodb-backend.js';
 import { SqsWorkQueue } from '../continuation/sqs-work-queue.js';
-import { hmacEffectKeys } from '../effects/effect-key.js';
 import { ConfigurationError } from '../errors.js';
 import { jsonLog } from '../telemetry/log.js';
 import { emfMetrics } from '../telemetry/metrics.js';
@@ -12,6 +10,7 @@ import {
   registeredBackend,
   requiredVariable,
 } from './environment-backend.js';
+import { effectKeyRingFromEnvironment } from './environment-key-ring.js';
 import type { JobDefinition } from './job-definition.js';
 import { JOB_DEFAULTS } from './job-spec.js';
 import { createJobHandler, initOnce, type JobHandler } from './lambda-handler.js';
@@ -51,10 +50,16 @@ export function jobHandlerFromEnvironment(job: JobDefinition, env: Env = process
   }
   const options = runOptionsFromEnvironment(env);
   const effectConcurrency = options.effectConcurrency;
+  // Read on the first invocation (a failed read is retried by the next), shared by the backend's
+  // hasher and the handler's window pinning, so both see the same current version.
+  const keyRing = initOnce(() => effectKeyRingFromEnvironment(env));
   const context: EnvironmentBackendContext = {
     jobId: job.id,
     effectConcurrency,
-    hashKey: initOnce(() => effectKeySecret(env).then(hmacEffectKeys)),
+    hashKey: async () => {
+      const ring = await keyRing();
+      return ring.hasher(ring.current);
+    },
   };
   const kind = backendKind(env);
   const backend =
@@ -68,6 +73,7 @@ export function jobHandlerFromEnvironment(job: JobDefinition, env: Env = process
     metrics: () => emfMetrics({ jobId: job.id }),
     log: jsonLog(job.id),
     options,
+    keyRing,
     // The SQS client is built on the first send or visibility change: a run that finishes its
     // window directly never builds one.
     ...(workQueueUrl ? { workQueue: new SqsWorkQueue({ queueUrl: workQueueUrl }) } : {}),
@@ -136,25 +142,6 @@ function assertEffectKeySecret(env: Env): void {
     `neither ${RuntimeEnv.effectKeySecretArn} nor ${RuntimeEnv.effectKeySecret} is set; the ScheduledJob construct ` +
       'sets the ARN of the generated secret: deploy through it, or set one of them',
   );
-}
-
-async function effectKeySecret(env: Env): Promise<string> {
-  const inline = env[RuntimeEnv.effectKeySecret];
-  if (inline) return inline;
-  const arn = requiredVariable(env, RuntimeEnv.effectKeySecretArn);
-  const client = new SecretsManagerClient({});
-  try {
-    const { SecretString } = await client.send(new GetSecretValueCommand({ SecretId: arn }));
-    if (!SecretString) {
-      throw new ConfigurationError(
-        RuntimeEnv.effectKeySecretArn,
-        `secret ${arn} has no string value; store the key as text`,
-      );
-    }
-    return SecretString;
-  } finally {
-    client.destroy();
-  }
 }
 
 /**

@@ -13,6 +13,7 @@ import {
   type WorkQueue,
   WorkQueueError,
 } from '../continuation/work-queue.js';
+import type { EffectKeyRing } from '../effects/effect-key.js';
 import { InvalidEventError, SlotguardError } from '../errors.js';
 import type { Log } from '../telemetry/log.js';
 import { MetricName } from '../telemetry/metric-names.js';
@@ -50,6 +51,13 @@ export interface JobHandlerDeps {
    * @default none: a direct invocation that stops with work left waits for the window's next delivery
    */
   readonly workQueue?: WorkQueue;
+  /**
+   * The effect-key versions (or a function that reads them on first use): each window is pinned to
+   * the version current at its first claim and hashed with it to its end, so rotating the secret
+   * mid-window sends nobody a second email. A read that fails is not kept.
+   * @default none: every window hashes with the backend's `hashKey`
+   */
+  readonly keyRing?: EffectKeyRing | (() => Promise<EffectKeyRing>);
 }
 
 /** What the handler returns for a direct invocation: JSON, for the invocation record and the local runner. */
@@ -103,6 +111,10 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps): JobH
   const backend = initOnce(() =>
     typeof deps.backend === 'function' ? deps.backend() : Promise.resolve(deps.backend),
   );
+  const { keyRing } = deps;
+  const keys = keyRing
+    ? initOnce(() => (typeof keyRing === 'function' ? keyRing() : Promise.resolve(keyRing)))
+    : undefined;
 
   async function runWindow(
     event: unknown,
@@ -121,6 +133,7 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps): JobH
       const result = await runSlot({
         job,
         backend: await backend(),
+        ...(keys ? { keyRing: await keys() } : {}),
         clock,
         metrics,
         log: deps.log,

@@ -159,6 +159,44 @@ describe('a cold start whose secret read fails once', () => {
   });
 });
 
+describe('an effect-key secret rotated in Secrets Manager', () => {
+  it('pins each window to the version current at its first claim and reads older versions by id', async () => {
+    const OLD = 'b7b8c7f0-0000-4000-8000-000000000001';
+    const NEW = 'b7b8c7f0-0000-4000-8000-000000000002';
+    secrets
+      .on(GetSecretValueCommand, { SecretId: SECRET_ARN })
+      .resolvesOnce({ SecretString: 'the-old-secret-0123456789abcdef', VersionId: OLD })
+      .resolves({ SecretString: 'the-new-secret-0123456789abcdef', VersionId: NEW });
+    secrets
+      .on(GetSecretValueCommand, { SecretId: SECRET_ARN, VersionId: OLD })
+      .resolves({ SecretString: 'the-old-secret-0123456789abcdef', VersionId: OLD });
+    vi.spyOn(process.stdout, 'write').mockImplementation(() => true);
+    const env = await environment({
+      SLOTGUARD_EFFECT_KEY_SECRET: undefined,
+      SLOTGUARD_EFFECT_KEY_SECRET_ARN: SECRET_ARN,
+    });
+    const sender = new CountingSender();
+    const slot = { jobId: 'weekly-report', window: window() };
+    const event = { jobId: 'weekly-report', scheduledTime: slot.window, attemptNumber: '1' };
+    // A container started before the rotation runs part of the window under the old version…
+    const before = jobHandlerFromEnvironment(job(sender), env);
+    const first = await before(event, {
+      awsRequestId: 'before-rotation',
+      getRemainingTimeInMillis: () => (sender.total >= 10 ? 0 : 900_000),
+    });
+    expect(first).toMatchObject({ status: 'yielded' });
+    // …and a container started after it finishes the window with the version the window pinned.
+    const after = jobHandlerFromEnvironment(job(sender), env);
+    const second = await after({ ...event, continuation: true });
+    expect(second).toMatchObject({ status: 'completed', window: { done: 25 } });
+    expect(sender.total).toBe(25);
+    expect(sender.duplicates()).toBe(0);
+    expect(
+      secrets.commandCalls(GetSecretValueCommand, { SecretId: SECRET_ARN, VersionId: OLD }),
+    ).toHaveLength(1);
+  });
+});
+
 describe('a handler with a work queue and a deadline from the environment', () => {
   it('touches no queue for a window it finishes, and stores the deadline it was given', async () => {
     vi.spyOn(process.stdout, 'write').mockImplementation(() => true);
