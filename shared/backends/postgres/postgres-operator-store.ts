@@ -10,9 +10,10 @@ import type {
   ResolveEffectOutcome,
 } from '../../slot/operator-ports.js';
 import { type EffectRecord, EffectState, SlotState } from '../../slot/ports.js';
-import type { Slot } from '../../slot/slot.js';
+import { canonicalSlot, type Slot } from '../../slot/slot.js';
 import { DEFAULT_SCHEMA } from './postgres-backend.js';
 import { assertLeaseClock, type LeaseClock, type SlotRow, toRecord } from './postgres-claim-store.js';
+import { type EffectRow, toRecord as toEffectRecord } from './postgres-effect-ledger.js';
 import { translateError } from './postgres-errors.js';
 import {
   PostgresExecutor,
@@ -20,7 +21,7 @@ import {
   resolveTimeouts,
   type TransactionQuery,
 } from './postgres-executor.js';
-import { assertKeyHash, assertSlot } from './postgres-keys.js';
+import { assertKeyHash } from './postgres-keys.js';
 import { assertSchemaName, type SlotguardSql, sqlFor } from './sql.js';
 
 /** Where the operator store writes, and how. */
@@ -28,7 +29,7 @@ export interface PostgresOperatorStoreOptions {
   /** The pool statements run on: createPostgresPool's, or your own. */
   readonly pool: Pool;
   /**
-   * The schema holding slotguard's tables, migrated to SCHEMA_VERSION 2 or later.
+   * The schema holding slotguard's tables, migrated to SCHEMA_VERSION 3 or later.
    * @default 'slotguard'
    */
   readonly schema?: string;
@@ -53,14 +54,8 @@ export interface PostgresOperatorStoreOptions {
   readonly attempts?: number;
 }
 
-/** An effect row as the operator reads it. */
-type EffectRow = {
-  readonly key_hash: string;
-  readonly state: EffectState;
-  readonly epoch: number;
-  readonly owner: string;
-  readonly operator_action: string | null;
-};
+/** An effect row as the operator reads it: the ledger's columns and the operator's note. */
+type OperatorEffectRow = EffectRow & { readonly operator_action: string | null };
 
 /** A slot row read to explain a write that matched nothing. */
 type ExplainRow = SlotRow & { readonly lease_live: boolean | null };
@@ -76,6 +71,11 @@ type Refusal = Extract<OperatorWriteOutcome, { kind: 'absent' | 'refused' }>;
  * between never runs an effect twice, this one runs them in one transaction: resolving an effect
  * locks the slot row first, so no claim or reservation of that slot can interleave, and a failure
  * anywhere leaves nothing written.
+ *
+ * The states of windows that finish across runs: a STUCK slot is released like a FAILED one (and
+ * its runs without progress reset with its failures); a PARTIAL slot reopens like a DONE one, and
+ * clearing an effect of a PARTIAL slot reopens it too. A FAILED effect is not in doubt (it was
+ * refused before it was performed), so resolveEffect answers it effect-not-in-doubt.
  * @example
  * const operator = new PostgresOperatorStore({ pool: createPostgresPool({ connectionString }), schema: 'slotguard' });
  * await operator.forceRelease(slot, { expectedEpoch: record.epoch, now: Date.now(), evenIfLeaseLive: false });
@@ -103,6 +103,7 @@ export class PostgresOperatorStore implements OperatorStore {
 
   // Timeline: sql.forceReleaseSlot.
   async forceRelease(slot: Slot, request: ReleaseRequest): Promise<OperatorWriteOutcome> {
+    slot = canonicalSlot(slot);
     const action = request.evenIfLeaseLive ? 'force-released' : 'released';
     return this.#slotWrite('forceRelease', slot, request, this.#sql.forceReleaseSlot, true, [
       this.#actionText(action, request),
@@ -112,6 +113,7 @@ export class PostgresOperatorStore implements OperatorStore {
 
   // Timeline: sql.reopenSlot.
   async reopen(slot: Slot, request: OperatorRequest): Promise<OperatorWriteOutcome> {
+    slot = canonicalSlot(slot);
     // A live lease is not why a reopen is refused: only a DONE slot reopens, and DONE has none.
     return this.#slotWrite('reopen', slot, request, this.#sql.reopenSlot, false, [
       this.#actionText('reopened', request),
@@ -139,6 +141,7 @@ export class PostgresOperatorStore implements OperatorStore {
     resolution: EffectResolution,
     request: OperatorRequest,
   ): Promise<ResolveEffectOutcome> {
+    slot = canonicalSlot(slot);
     assertKeyHash(keyHash);
     const base = this.#params(slot, request);
     const sql = this.#sql;
@@ -148,14 +151,10 @@ export class PostgresOperatorStore implements OperatorStore {
       if (!guarded) return this.#refusal(query, slot, request, true);
 
       const key = [slot.jobId, slot.window, keyHash];
-      const [row] = await query<EffectRow>(sql.lockEffect, key);
+      const [row] = await query<OperatorEffectRow>(sql.lockEffect, key);
       if (!row) return { kind: 'effect-absent' };
-      const before: EffectRecord = {
-        keyHash: row.key_hash,
-        state: EffectState.Reserved,
-        epoch: row.epoch,
-        owner: row.owner,
-      };
+      const before: EffectRecord = toEffectRecord(row);
+      // Only a reservation is in doubt: DONE happened, FAILED was refused before it was performed.
       if (row.state !== EffectState.Reserved) {
         // Our own mark, committed by a try whose reply was lost: the goal state counts.
         const ours = resolution === 'done' && row.operator_action === effectAction;
@@ -183,7 +182,7 @@ export class PostgresOperatorStore implements OperatorStore {
         request,
       );
       let slotReopened = false;
-      if (resolution === 'clear' && guarded.state === SlotState.Done) {
+      if (resolution === 'clear' && FINISHED.includes(guarded.state)) {
         slotReopened = (await query(sql.reopenSlot, [...base, slotAction])).length > 0;
       } else {
         await query(sql.noteOperatorAction, [slot.jobId, slot.window, request.expectedEpoch, slotAction]);
@@ -257,9 +256,8 @@ export class PostgresOperatorStore implements OperatorStore {
     }
   }
 
-  /** The parameters every operator statement starts with: job, window, expected epoch, now. */
+  /** The parameters every operator statement starts with: job, window (canonical), expected epoch, now. */
   #params(slot: Slot, request: OperatorRequest): unknown[] {
-    assertSlot(slot);
     if (!Number.isSafeInteger(request.expectedEpoch) || request.expectedEpoch < 0) {
       throw new ConfigurationError(
         'expectedEpoch',
@@ -279,9 +277,8 @@ export class PostgresOperatorStore implements OperatorStore {
   }
 }
 
-function toEffectRecord(row: EffectRow): EffectRecord {
-  return { keyHash: row.key_hash, state: row.state, epoch: row.epoch, owner: row.owner };
-}
+/** The finished states a reopen turns back into RELEASED (sql.reopenSlot). */
+const FINISHED: readonly (SlotState | null)[] = [SlotState.Done, SlotState.Partial];
 
 /** The operator's clock reading as text, for the note left on the row (never compared). */
 const iso = (now: number) => (Number.isFinite(now) ? new Date(now).toISOString() : String(now));
