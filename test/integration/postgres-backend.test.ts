@@ -840,6 +840,96 @@ describe('Postgres backend: backfills and the operator', () => {
       kind: 'fenced',
     });
   });
+
+  it('releases a STUCK window for another run with fresh budgets, its checkpoint and deadline kept', async () => {
+    const schema = await postgres.freshSchema();
+    const pool = postgres.pool({ applicationName: `slotguard-test-${schema}` });
+    const backend = postgres.backend(schema, { pool });
+    const operator = new PostgresOperatorStore({ pool, schema });
+    const slot = freshSlot();
+    const { claim } = await claimOrFail(backend, slot, 'gave-up');
+    const checkpoint = { positions: { customers: 'c000420' }, walked: false };
+    const stuck = {
+      kind: 'stuck' as const,
+      reason: 'no progress in 3 runs',
+      checkpoint,
+      runsWithoutProgress: 3,
+    };
+    expect(await backend.claims.release(claim, stuck, Date.now())).toEqual({ kind: 'ok' });
+    expect(await backend.claims.claim(slot, lease('next'), Date.now())).toMatchObject({
+      kind: 'stuck',
+      epoch: 1,
+    });
+
+    const released = await operator.forceRelease(slot, {
+      expectedEpoch: 1,
+      now: Date.now(),
+      evenIfLeaseLive: false,
+    });
+    expect(released).toMatchObject({
+      kind: 'ok',
+      record: {
+        state: 'RELEASED',
+        epoch: 1,
+        failures: 0,
+        runsWithoutProgress: 0,
+        checkpoint,
+        deadline: DEADLINE,
+      },
+    });
+    expect(await backend.claims.claim(slot, lease('next'), Date.now())).toMatchObject({
+      kind: 'claimed',
+      claim: { epoch: 2, via: 'retry', window: { deadline: DEADLINE, checkpoint, runsWithoutProgress: 0 } },
+    });
+  });
+
+  it('reopens a PARTIAL window as it does a DONE one, and leaves its refused effect failed, not in doubt', async () => {
+    const schema = await postgres.freshSchema();
+    const pool = postgres.pool({ applicationName: `slotguard-test-${schema}` });
+    const backend = postgres.backend(schema, { pool });
+    const operator = new PostgresOperatorStore({ pool, schema });
+    const slot = freshSlot();
+    const { claim } = await claimOrFail(backend, slot, 'partial');
+    expect(await backend.ledger.reserveMany(claim, ['in-doubt', 'refused'], reserving())).toHaveLength(2);
+    await backend.ledger.recordFailure(claim, 'refused', { attempts: 5, reason: 'rejected' });
+    const window = {
+      ...summaryOf(1),
+      inDoubt: 1,
+      inDoubtKeys: ['in-doubt'],
+      failed: 1,
+      failedKeys: ['refused'],
+    };
+    expect(await backend.claims.complete(claim, window, Date.now())).toEqual({ kind: 'ok' });
+    const request = { expectedEpoch: 1, now: Date.now() };
+
+    expect(await operator.resolveEffect(slot, 'refused', 'clear', request)).toMatchObject({
+      kind: 'effect-not-in-doubt',
+      current: { state: 'FAILED', attempts: 5, reason: 'rejected' },
+    });
+    // Clearing the in-doubt effect of a PARTIAL window reopens it, as it would a DONE one.
+    expect(await operator.resolveEffect(slot, 'in-doubt', 'clear', request)).toMatchObject({
+      kind: 'resolved',
+      before: { state: 'RESERVED', epoch: 1, owner: 'partial', attempts: 0 },
+      slotReopened: true,
+    });
+    expect(await backend.claims.read(slot)).toMatchObject({ state: 'RELEASED', epoch: 1, summary: window });
+    const { claim: next } = await claimOrFail(backend, slot, 'next');
+    expect(await backend.ledger.reserveMany(next, ['in-doubt', 'refused'], reserving())).toEqual([
+      { kind: 'reserved', rerun: false, attempt: 1 },
+      { kind: 'failed', attempts: 5 },
+    ]);
+    expect(
+      await backend.claims.complete(next, { ...window, inDoubt: 0, inDoubtKeys: [], done: 1 }, Date.now()),
+    ).toEqual({
+      kind: 'ok',
+    });
+
+    // Reopened directly, without touching an effect.
+    expect(await operator.reopen(slot, { expectedEpoch: 2, now: Date.now() })).toMatchObject({
+      kind: 'ok',
+      record: { state: 'RELEASED', epoch: 2 },
+    });
+  });
 });
 
 describe('the incident on Postgres: three replicas fire the weekly report for one window', () => {
