@@ -259,7 +259,7 @@ export function usePostgres(options: PostgresServerOptions = {}): PostgresServer
  * Resolves once `pid` is stopped, where the OS says so (/proc on Linux): SIGSTOP is delivered
  * asynchronously, and a test that sends a request right after freezing must not be answered.
  */
-async function untilStopped(pid: number): Promise<void> {
+export async function untilStopped(pid: number): Promise<void> {
   for (let i = 0; i < 5_000; i++) {
     let stat: string;
     try {
