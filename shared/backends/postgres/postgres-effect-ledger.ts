@@ -119,8 +119,7 @@ export class PostgresEffectLedger implements EffectLedger {
     keyHashes: readonly string[],
     options: ReserveOptions,
   ): Promise<ReserveOutcome[]> {
-    claim = canonicalClaim(claim);
-    assertOwner(claim.owner);
+    claim = checkedClaim(claim);
     for (const keyHash of keyHashes) assertKeyHash(keyHash);
     const outcomes = new Map<string, ReserveOutcome>();
     // Sorted, so overlapping batches lock their rows in one order and cannot deadlock.
@@ -168,8 +167,7 @@ export class PostgresEffectLedger implements EffectLedger {
 
   /** Marks our own reservations done, a thousand keys a statement. */
   async markDone(claim: Claim, keyHashes: readonly string[]): Promise<void> {
-    claim = canonicalClaim(claim);
-    assertOwner(claim.owner);
+    claim = checkedClaim(claim);
     for (const keyHash of keyHashes) assertKeyHash(keyHash);
     for (let start = 0; start < keyHashes.length; start += CHUNK) {
       await this.#query('markDone', claim, this.#sql.markEffectsDone, [
@@ -180,8 +178,7 @@ export class PostgresEffectLedger implements EffectLedger {
 
   // Timeline: sql.recordEffectFailure.
   async recordFailure(claim: Claim, keyHash: string, failure: EffectFailure): Promise<void> {
-    claim = canonicalClaim(claim);
-    assertOwner(claim.owner);
+    claim = checkedClaim(claim);
     assertKeyHash(keyHash);
     // Updating nothing is fine: our own write whose reply was lost, or a reservation a takeover made
     // its own; either way nothing is left for this claim to record.
@@ -194,8 +191,7 @@ export class PostgresEffectLedger implements EffectLedger {
   }
 
   async unreserve(claim: Claim, keyHash: string): Promise<void> {
-    claim = canonicalClaim(claim);
-    assertOwner(claim.owner);
+    claim = checkedClaim(claim);
     assertKeyHash(keyHash);
     // Deleting nothing is fine: the reservation was already released (our own retried delete).
     await this.#query('unreserve', claim, this.#sql.unreserveEffect, [keyHash]);
@@ -338,6 +334,13 @@ export function toRecord(row: EffectRow): EffectRecord {
     ...(row.retry_at ? { retryAt: row.retry_at.getTime() } : {}),
     ...(row.reason !== null ? { reason: row.reason } : {}),
   };
+}
+
+/** The claim as the statements take it: its slot canonical, its owner token storable. */
+function checkedClaim(claim: Claim): Claim {
+  const checked = canonicalClaim(claim);
+  assertOwner(checked.owner);
+  return checked;
 }
 
 const describeSlot = (slot: Slot) => `slot ${slot.jobId} ${slot.window}`;
