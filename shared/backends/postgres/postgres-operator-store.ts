@@ -114,7 +114,7 @@ export class PostgresOperatorStore implements OperatorStore {
   // Timeline: sql.reopenSlot.
   async reopen(slot: Slot, request: OperatorRequest): Promise<OperatorWriteOutcome> {
     slot = canonicalSlot(slot);
-    // A live lease is not why a reopen is refused: only a DONE slot reopens, and DONE has none.
+    // A live lease is not why a reopen is refused: only a DONE or PARTIAL slot reopens, and neither has one.
     return this.#slotWrite('reopen', slot, request, this.#sql.reopenSlot, false, [
       this.#actionText('reopened', request),
     ]);
@@ -153,7 +153,9 @@ export class PostgresOperatorStore implements OperatorStore {
       const key = [slot.jobId, slot.window, keyHash];
       const [row] = await query<OperatorEffectRow>(sql.lockEffect, key);
       if (!row) return { kind: 'effect-absent' };
-      const before: EffectRecord = toEffectRecord(row);
+      // What the operator resolved: a reservation (also when this is our own mark, committed by a
+      // try whose reply was lost, and the row already reads DONE).
+      const before: EffectRecord = { ...toEffectRecord(row), state: EffectState.Reserved };
       // Only a reservation is in doubt: DONE happened, FAILED was refused before it was performed.
       if (row.state !== EffectState.Reserved) {
         // Our own mark, committed by a try whose reply was lost: the goal state counts.
