@@ -1,13 +1,4 @@
-import { randomUUID } from 'node:crypto';
-import { InvokeCommand, LambdaClient, LambdaServiceException } from '@aws-sdk/client-lambda';
-import { findLocalJob, LOCAL_JOB_DEFAULTS } from '../functions/local-jobs.js';
-import { LocalRunner, type WindowReport } from '../local/local-runner.js';
-import { type SmtpSink, startSmtpSink } from '../local/smtp-sink.js';
-import { systemClock } from '../shared/clock.js';
-import { smtpSender } from '../shared/effects/smtp-email-sender.js';
 import { type CatchUpMode, JOB_DEFAULTS } from '../shared/job/job-spec.js';
-import type { SlotBackend } from '../shared/job/run-slot.js';
-import type { SchedulerEvent } from '../shared/job/scheduler-event.js';
 import {
   type CatchUpSkipReason,
   describeCatchUpPolicy,
@@ -16,23 +7,20 @@ import {
 } from '../shared/schedule/catch-up.js';
 import { SlotState } from '../shared/slot/ports.js';
 import { windowOf } from '../shared/slot/slot.js';
-import { CliError, count, ExitCode, renderTable, usageError } from './cli-support.js';
+import { ExitCode, renderTable, usageError } from './cli-support.js';
 import type { CommandContext } from './command.js';
 import { MAX_LISTED_WINDOWS } from './slot-commands.js';
+import { assertDeliverable, deliverWindows, type WindowDelivery } from './window-delivery.js';
 
 const DAY_MS = 86_400_000;
 
 /** Why a window in the range is, or is not, run. */
 type BackfillAction =
-  | { readonly kind: 'run'; readonly why: 'missed' | 'unfinished' | 'stuck' }
+  | { readonly kind: 'run'; readonly why: 'missed' | 'unfinished' | 'lease ended' }
   | { readonly kind: 'skip'; readonly why: CatchUpSkipReason | 'too-old-to-claim' };
 
-interface BackfillRow {
-  readonly window: Date;
+interface BackfillRow extends WindowDelivery {
   readonly action: BackfillAction;
-  result?: string;
-  report?: WindowReport;
-  ok?: boolean;
 }
 
 /**
@@ -67,13 +55,7 @@ export async function backfill(ctx: CommandContext): Promise<number> {
       `${spec.id} fires more than ${MAX_LISTED_WINDOWS} times in that range; narrow --from and --to`,
     );
   }
-  const inAws = ctx.text('table') !== undefined && !ctx.text('endpoint') && !ctx.env.DYNAMODB_ENDPOINT;
-  if (inAws && !functionName && !dryRun) {
-    throw usageError(
-      `table ${ctx.text('table')} is in AWS: backfill there invokes the deployed function; pass --function NAME ` +
-        "(the schedule's target, as `slotguard schedules list` shows it), or --dry-run to see what would run",
-    );
-  }
+  if (!dryRun) assertDeliverable(ctx, 'backfill', '--dry-run to see what would run');
   const backend = await ctx.backend(spec.id);
   const retentionDays = JOB_DEFAULTS.retentionDays;
   const claimable = ctx.now - (retentionDays - 1) * DAY_MS;
@@ -88,7 +70,7 @@ export async function backfill(ctx: CommandContext): Promise<number> {
     } else if (record.state === SlotState.Released) {
       rows.push({ window, action: { kind: 'run', why: 'unfinished' } });
     } else if (record.state === SlotState.Running && record.leaseEndsAt < ctx.now) {
-      rows.push({ window, action: { kind: 'run', why: 'stuck' } });
+      rows.push({ window, action: { kind: 'run', why: 'lease ended' } });
     }
   }
   const plan = planCatchUp(missed, policy, ctx.now);
@@ -97,10 +79,7 @@ export async function backfill(ctx: CommandContext): Promise<number> {
   rows.sort((a, b) => a.window.getTime() - b.window.getTime());
   const toRun = rows.filter((row) => row.action.kind === 'run');
 
-  if (!dryRun && toRun.length > 0) {
-    if (functionName) await invokeDeployed(ctx, spec.id, functionName, toRun);
-    else await runLocally(ctx, spec.id, backend.slots, backend.serveSmtp, toRun);
-  }
+  if (!dryRun && toRun.length > 0) await deliverWindows(ctx, 'backfill', spec.id, backend, toRun);
 
   const skipped = rows.filter((row) => row.action.kind === 'skip');
   const failed = toRun.filter((row) => row.ok === false);
@@ -202,113 +181,4 @@ function explain(why: CatchUpSkipReason | 'too-old-to-claim'): string {
     default:
       return why satisfies never;
   }
-}
-
-/** As Scheduler does: an asynchronous invoke (InvocationType Event) per window, oldest first. */
-async function invokeDeployed(
-  ctx: CommandContext,
-  jobId: string,
-  functionName: string,
-  rows: BackfillRow[],
-): Promise<void> {
-  const region = ctx.text('region');
-  const lambda = new LambdaClient({ ...(region ? { region } : {}), maxAttempts: 3 });
-  try {
-    for (const row of rows) {
-      const event: SchedulerEvent = {
-        jobId,
-        scheduledTime: windowOf(row.window),
-        executionId: `backfill-${randomUUID()}`,
-        attemptNumber: '1',
-        backfilled: true,
-      };
-      try {
-        const response = await lambda.send(
-          new InvokeCommand({
-            FunctionName: functionName,
-            InvocationType: 'Event',
-            Payload: new TextEncoder().encode(JSON.stringify(event)),
-          }),
-        );
-        row.ok = response.StatusCode === 202;
-        row.result = row.ok ? 'queued (202)' : `not queued (status ${response.StatusCode})`;
-      } catch (error) {
-        if (error instanceof LambdaServiceException && rows.indexOf(row) === 0) {
-          throw new CliError(
-            ExitCode.Unreachable,
-            `invoking ${functionName} failed (${error.name}: ${error.message}); check --function, --region and ` +
-              'lambda:InvokeFunction on it. Nothing was invoked.',
-            { cause: error },
-          );
-        }
-        row.ok = false;
-        row.result = `failed: ${error instanceof Error ? error.message : String(error)}`;
-      }
-    }
-  } finally {
-    lambda.destroy();
-  }
-}
-
-/**
- * In this process, through the same handler as deployed (the local runner, one replica, no faults),
- * one window at a time, oldest first. Mail goes to --smtp, else the running serve's server, else a
- * server started for the backfill, whose counts are shown.
- */
-async function runLocally(
-  ctx: CommandContext,
-  jobId: string,
-  slots: SlotBackend,
-  serveSmtp: { host: string; port: number } | undefined,
-  rows: BackfillRow[],
-): Promise<void> {
-  const job = findLocalJob(jobId, {
-    customers: positive(ctx.text('recipients'), 'recipients') ?? LOCAL_JOB_DEFAULTS.customers,
-    invoicesPerWindow: positive(ctx.text('invoices'), 'invoices') ?? LOCAL_JOB_DEFAULTS.invoicesPerWindow,
-  });
-  const given = ctx.text('smtp');
-  let target = serveSmtp;
-  if (given) {
-    const match = /^([^:]+):(\d+)$/.exec(given);
-    if (!match) throw usageError(`--smtp is ${JSON.stringify(given)}; give host:port, e.g. 127.0.0.1:2525`);
-    target = { host: match[1]!, port: Number(match[2]) };
-  }
-  let sink: SmtpSink | undefined;
-  if (!target) {
-    sink = await startSmtpSink();
-    target = { host: sink.host, port: sink.port };
-    ctx.warn(
-      `mail goes to an SMTP server started for this backfill on ${sink.host}:${sink.port}; its counts are shown`,
-    );
-  }
-  const mail = target;
-  try {
-    const runner = new LocalRunner({
-      jobs: [job],
-      backend: slots,
-      senderFor: (from) => smtpSender({ host: mail.host, port: mail.port, from, maxConnections: 8 }),
-      ...(sink ? { sink } : {}),
-      replicas: 1,
-      clock: ctx.io.clock ?? systemClock,
-    });
-    // One window at a time: in the order the schedule would have run them.
-    for (const row of rows) {
-      const report = await runner.fire(job, row.window, { backfilled: true });
-      row.report = report;
-      row.ok = report.state === SlotState.Done;
-      row.result =
-        `${report.state} epoch ${report.epoch}; effects ${count(report.done)} done, ${count(report.inDoubt)} in doubt` +
-        (report.delivered !== undefined ? `; ${count(report.delivered)} emails delivered` : '');
-    }
-  } finally {
-    await sink?.close();
-  }
-}
-
-function positive(value: string | undefined, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1)
-    throw usageError(`--${name} is ${JSON.stringify(value)}; give a whole number of at least 1`);
-  return n;
 }

@@ -78,6 +78,23 @@ export function parseTimeOption(name: string, value: string | undefined, now: nu
   );
 }
 
+const DURATION = /^(\d+)(s|m|h|d)$/;
+const DURATION_MS = { s: 1_000, ...UNIT_MS } as const;
+
+/**
+ * Reads a duration option: a whole number and a unit, `90s`, `15m`, `48h` or `7d`. The error names
+ * the value received and shows the form.
+ */
+export function parseDurationOption(name: string, value: string): number {
+  const match = DURATION.exec(value);
+  if (!match) {
+    throw usageError(
+      `--${name} is ${JSON.stringify(value)}; give a whole number and a unit: 90s, 15m, 48h or 7d`,
+    );
+  }
+  return Number(match[1]) * DURATION_MS[match[2] as keyof typeof DURATION_MS];
+}
+
 /** A plain-text table: a header, then rows, columns padded; numbers right-aligned. */
 export function renderTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const widths = header.map((title, i) =>

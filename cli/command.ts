@@ -1,13 +1,32 @@
 import type { JobSpec } from '../shared/job/job-spec.js';
 import { JobSchedule } from '../shared/schedule/fire-times.js';
 import type { OperatorStore } from '../shared/slot/operator-ports.js';
-import { windowOf } from '../shared/slot/slot.js';
+import type { SlotRecord } from '../shared/slot/ports.js';
+import { type Slot, windowOf } from '../shared/slot/slot.js';
+import { jobDeadlineMs } from '../shared/watchdog/window-deadline.js';
 import { type BackendOptions, type CliBackend, openCliBackend, probeBackend } from './cli-backend.js';
-import { CliError, type CliIo, ExitCode, parseTimeOption, usageError } from './cli-support.js';
-import { catalogJob } from './slot-view.js';
+import {
+  CliError,
+  type CliIo,
+  ExitCode,
+  parseDurationOption,
+  parseTimeOption,
+  usageError,
+} from './cli-support.js';
+import { catalogJob, windowNote } from './slot-view.js';
 
-/** Option values as parsed (node:util parseArgs). */
-export type OptionValues = Readonly<Record<string, string | boolean | undefined>>;
+/** What an operator write acts on; see CommandContext.repairTarget. */
+export interface RepairTarget {
+  readonly spec: JobSpec;
+  readonly slot: Slot;
+  readonly backend: CliBackend;
+  readonly operator: OperatorStore;
+  /** The slot's record as just read; undefined when the window has none. */
+  readonly record: SlotRecord | undefined;
+}
+
+/** Option values as parsed (node:util parseArgs); a list for an option given more than once. */
+export type OptionValues = Readonly<Record<string, string | boolean | readonly string[] | undefined>>;
 
 /** What a command gets: its options, the time, the backend on demand, and output in the chosen mode. */
 export class CommandContext {
@@ -26,13 +45,35 @@ export class CommandContext {
     this.env = io.env ?? process.env;
   }
 
+  /** The value of a string option (the last one, if it may be given more than once). */
   text(name: string): string | undefined {
     const value = this.values[name];
+    if (Array.isArray(value)) return value.at(-1);
     return typeof value === 'string' ? value : undefined;
   }
 
   flag(name: string): boolean {
     return this.values[name] === true;
+  }
+
+  /** Every value of an option that may be given more than once (`--key A --key B`). */
+  list(name: string): readonly string[] {
+    const value = this.values[name];
+    return Array.isArray(value) ? value : typeof value === 'string' ? [value] : [];
+  }
+
+  /** A duration option (`15m`, `48h`, `7d`; see parseDurationOption), or `fallback` when not given. */
+  duration(name: string, fallback: number): number {
+    const value = this.text(name);
+    return value === undefined ? fallback : parseDurationOption(name, value);
+  }
+
+  /**
+   * How long a window of `spec` has to finish: `--deadline` when given, else the job's deadline
+   * (jobDeadlineMs: its own, or the earlier of the gap to its next window and 6 hours).
+   */
+  deadlineMs(spec: JobSpec): number {
+    return this.duration('deadline', jobDeadlineMs(spec, this.now));
   }
 
   /** A required time option (see parseTimeOption). */
@@ -80,6 +121,31 @@ export class CommandContext {
       ExitCode.Problem,
       `${backend.description} has no operator store: not available yet for Postgres (the contract a Postgres ` +
         'implementation must pass is test/contract/operator-contract.ts). Nothing was written.',
+    );
+  }
+
+  /**
+   * The slot an operator write acts on (`--job`, `--window`; a note on stderr when the window is not
+   * a fire time of the schedule), its backend and operator store, and its record as read now: the
+   * write is fenced on that record's epoch. Call it after the command's own options are checked, so
+   * a usage error never costs a connection.
+   */
+  async repairTarget(): Promise<RepairTarget> {
+    const { spec, schedule } = this.job();
+    const window = this.window();
+    const note = windowNote(spec, window, schedule);
+    if (note) this.warn(note);
+    const backend = await this.backend(spec.id);
+    const operator = this.operator(backend);
+    const slot = { jobId: spec.id, window: windowOf(window) };
+    return { spec, slot, backend, operator, record: await backend.slots.claims.read(slot) };
+  }
+
+  /** Reports that the slot's record vanished between the read and the write (exit code 1). */
+  refuseGone(slot: Slot): number {
+    return this.refuse(
+      { outcome: 'absent' },
+      `${slot.jobId} ${slot.window} has no slot record any more; nothing was written`,
     );
   }
 

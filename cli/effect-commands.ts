@@ -1,8 +1,8 @@
 import { EffectResolution } from '../shared/slot/operator-ports.js';
-import { windowOf } from '../shared/slot/slot.js';
-import { usageError } from './cli-support.js';
+import { CliError, iso, usageError } from './cli-support.js';
 import type { CommandContext } from './command.js';
-import { holderName, windowNote } from './slot-view.js';
+import { backfillCommand, holderName } from './slot-view.js';
+import { assertDeliverable, deliverWindows, type WindowDelivery } from './window-delivery.js';
 
 const KEY_HASH = /^[0-9a-f]{8,64}$/;
 
@@ -11,8 +11,6 @@ const KEY_HASH = /^[0-9a-f]{8,64}$/;
  * cleared for a re-run (it did not), fenced on the slot's epoch as just read.
  */
 export async function effectsResolve(ctx: CommandContext): Promise<number> {
-  const { spec, schedule } = ctx.job();
-  const window = ctx.window();
   const keyHash = ctx.text('key')?.toLowerCase();
   if (!keyHash || !KEY_HASH.test(keyHash)) {
     throw usageError(
@@ -27,12 +25,7 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
       'give exactly one of --mark-done (the effect happened) or --rerun (it did not: run it again)',
     );
   }
-  const note = windowNote(spec, window, schedule);
-  if (note) ctx.warn(note);
-  const backend = await ctx.backend(spec.id);
-  const operator = ctx.operator(backend);
-  const slot = { jobId: spec.id, window: windowOf(window) };
-  const record = await backend.slots.claims.read(slot);
+  const { spec, slot, operator, record } = await ctx.repairTarget();
   if (!record)
     return ctx.refuse(
       { outcome: 'absent' },
@@ -42,8 +35,10 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
   const outcome = await operator.resolveEffect(slot, keyHash, resolution, {
     expectedEpoch: record.epoch,
     now: ctx.now,
+    // Used when a clear reopens the window: its old deadline has long passed.
+    deadline: ctx.now + ctx.deadlineMs(spec),
   });
-  const backfill = `slotguard backfill --job ${spec.id} --from ${slot.window} --to ${windowOf(window + 60_000)}`;
+  const backfill = backfillCommand(slot);
   switch (outcome.kind) {
     case 'resolved': {
       const json = {
@@ -59,18 +54,16 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
           `marked ${keyHash} done in ${spec.id} ${slot.window}: no run will perform it again.`,
         );
       }
+      const finished = record.state === 'DONE' || record.state === 'PARTIAL';
       const next = outcome.slotReopened
-        ? `The slot was DONE and is reopened (RELEASED at epoch ${record.epoch}); to perform it now: ${backfill}`
-        : record.state === 'DONE'
+        ? `The slot was ${record.state} and is reopened (RELEASED at epoch ${record.epoch}); to perform it now: ${backfill}`
+        : finished
           ? `The slot moved on before it could be reopened; look again: slotguard slots show --job ${spec.id} --window ${slot.window}`
           : `The next delivery of the window performs it; to deliver now: ${backfill}`;
       return ctx.done(json, `cleared ${keyHash} in ${spec.id} ${slot.window}. ${next}`);
     }
     case 'absent':
-      return ctx.refuse(
-        { outcome: 'absent' },
-        `${spec.id} ${slot.window} has no slot record any more; nothing was written`,
-      );
+      return ctx.refuseGone(slot);
     case 'effect-absent':
       return ctx.refuse(
         { outcome: 'effect-absent' },
@@ -99,4 +92,127 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
     default:
       return outcome satisfies never;
   }
+}
+
+/**
+ * `effects redrive`: clears a window's refused (FAILED) effects, every one or the `--key`s named,
+ * gives the slot back RELEASED with a fresh deadline (PARTIAL, STUCK, DONE, FAILED or RELEASED;
+ * refused while a run holds a live lease), and delivers the window again as `backfill` does. The
+ * next run skips what is done, leaves what is in doubt, and performs the cleared effects: they were
+ * refused before they were performed, so this is their first time.
+ */
+export async function effectsRedrive(ctx: CommandContext): Promise<number> {
+  const keys = ctx.list('key').map((key) => key.toLowerCase());
+  const malformed = keys.find((key) => !KEY_HASH.test(key));
+  if (malformed !== undefined) {
+    throw usageError(
+      `--key is ${JSON.stringify(malformed)}; give a refused effect's hash as \`slotguard slots show\` lists it ` +
+        '(hex, e.g. 9f2c41d0…), or no --key for every refused effect of the window',
+    );
+  }
+  assertDeliverable(ctx, 'effects redrive');
+  const { spec, slot, backend, operator, record } = await ctx.repairTarget();
+  if (!record) {
+    return ctx.refuse(
+      { outcome: 'absent' },
+      `${spec.id} ${slot.window} has no slot record: nothing to re-drive. If it was due, run it: ${backfillCommand(slot)}`,
+    );
+  }
+  const deadline = ctx.now + ctx.deadlineMs(spec);
+  const outcome = await operator.redrive(slot, {
+    expectedEpoch: record.epoch,
+    now: ctx.now,
+    deadline,
+    ...(keys.length > 0 ? { keyHashes: keys } : {}),
+  });
+  switch (outcome.kind) {
+    case 'absent':
+      return ctx.refuseGone(slot);
+    case 'effects-not-failed':
+      return ctx.refuse(
+        {
+          outcome: 'effects-not-failed',
+          effects: outcome.effects.map(({ keyHash, current }) => ({
+            keyHash,
+            state: current?.state ?? null,
+          })),
+        },
+        `refused to re-drive ${spec.id} ${slot.window}: ` +
+          outcome.effects
+            .map(
+              ({ keyHash, current }) =>
+                `${keyHash} is ${current ? current.state : 'not an effect of the window'}`,
+            )
+            .join('; ') +
+          `. Only refused (FAILED) effects are re-driven; list them: slotguard slots show --job ${spec.id} ` +
+          `--window ${slot.window}. Nothing was written.`,
+      );
+    case 'refused': {
+      const current = outcome.current;
+      const why =
+        outcome.reason === 'lease-live'
+          ? `a run (${holderName(current.owner)}, epoch ${current.epoch}) holds it until ${new Date(current.leaseEndsAt).toISOString()}; wait for it to end`
+          : `it moved on to epoch ${current.epoch} (${current.state}) since it was read; look again: slotguard slots show --job ${spec.id} --window ${slot.window}`;
+      const cleared =
+        outcome.cleared.length > 0
+          ? ` ${outcome.cleared.length} refused effects were cleared before it moved on: the run at epoch ${current.epoch} performs them.`
+          : ' Nothing was written.';
+      return ctx.refuse(
+        {
+          outcome: 'refused',
+          reason: outcome.reason,
+          current: { state: current.state, epoch: current.epoch },
+          cleared: outcome.cleared.map((e) => e.keyHash),
+        },
+        `refused to re-drive ${spec.id} ${slot.window}: ${why}.${cleared}`,
+      );
+    }
+    case 'redriven':
+      break;
+    default:
+      return outcome satisfies never;
+  }
+
+  const delivery: WindowDelivery = { window: new Date(slot.window) };
+  const reopened = `${record.state} at epoch ${record.epoch} → RELEASED, deadline ${iso(deadline)}`;
+  try {
+    await deliverWindows(ctx, 'redrive', spec.id, backend, [delivery]);
+  } catch (error) {
+    if (!(error instanceof CliError)) throw error;
+    throw new CliError(
+      error.exitCode,
+      `${spec.id} ${slot.window} was re-driven (${reopened}) but not delivered: ${error.message} ` +
+        `Deliver it once that is fixed: ${backfillCommand(slot)} --function NAME`,
+      { cause: error },
+    );
+  }
+  const json = {
+    outcome: 'redriven',
+    before: { state: record.state, epoch: record.epoch },
+    after: { state: outcome.record.state, epoch: outcome.record.epoch, deadline: iso(deadline) },
+    cleared: outcome.cleared.map(({ keyHash, attempts, reason }) => ({ keyHash, attempts, reason })),
+    delivery: {
+      result: delivery.result ?? null,
+      ok: delivery.ok === true,
+      ...(delivery.report ? { state: delivery.report.state, epoch: delivery.report.epoch } : {}),
+    },
+  };
+  const cleared =
+    outcome.cleared.length === 0
+      ? 'no refused effect to clear'
+      : `cleared ${outcome.cleared.length} refused effects: ${outcome.cleared
+          .slice(0, 10)
+          .map((e) => `${e.keyHash} (${e.attempts} attempts, ${e.reason ?? 'unspecified'})`)
+          .join(', ')}${outcome.cleared.length > 10 ? ', …' : ''}`;
+  const text =
+    `re-drove ${spec.id} ${slot.window}: ${reopened}; ${cleared}.\n` +
+    `delivered: ${delivery.result ?? '-'}` +
+    (ctx.text('function')
+      ? `; see how it went: slotguard slots show --job ${spec.id} --window ${slot.window}`
+      : '');
+  if (delivery.ok) return ctx.done(json, text);
+  return ctx.refuse(
+    json,
+    `${text}\nThe window did not finish DONE: slotguard slots show --job ${spec.id} --window ${slot.window} says why.`,
+  );
 }

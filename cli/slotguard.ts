@@ -5,9 +5,10 @@ import { ConfigurationError } from '../shared/errors.js';
 import { backfill } from './backfill-command.js';
 import { CliError, type CliIo, ExitCode } from './cli-support.js';
 import { CommandContext, type OptionValues } from './command.js';
-import { effectsResolve } from './effect-commands.js';
+import { effectsRedrive, effectsResolve } from './effect-commands.js';
 import { schedulesList, schedulesSetState } from './schedule-commands.js';
 import { slotsList, slotsRelease, slotsShow } from './slot-commands.js';
+import { watchdog } from './watchdog-command.js';
 
 /**
  * The operator CLI, `slotguard`: see and repair slot state, backfill missed windows, pause and
@@ -16,7 +17,13 @@ import { slotsList, slotsRelease, slotsShow } from './slot-commands.js';
  * @example process.exitCode = await main(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr })
  */
 
-type OptionSpec = { readonly type: 'string' | 'boolean'; readonly help: string; readonly value?: string };
+type OptionSpec = {
+  readonly type: 'string' | 'boolean';
+  readonly help: string;
+  readonly value?: string;
+  /** May be given more than once (`--key A --key B`). @default false */
+  readonly multiple?: boolean;
+};
 
 const BACKEND_OPTIONS: Record<string, OptionSpec> = {
   'state-dir': {
@@ -51,6 +58,18 @@ const WINDOW: OptionSpec = {
   value: 'T',
   help: 'the window: its scheduled time, e.g. 2026-11-30T06:00:00Z',
 };
+/** How backfill and effects redrive deliver a window: the deployed function, or this process. */
+const DELIVERY_OPTIONS: Record<string, OptionSpec> = {
+  function: { type: 'string', value: 'NAME', help: 'AWS: invoke this function (name or ARN)' },
+  smtp: { type: 'string', value: 'HOST:PORT', help: 'local: the SMTP server mail goes to' },
+  recipients: { type: 'string', value: 'N', help: 'local: weekly report customers (default 12400)' },
+  invoices: { type: 'string', value: 'N', help: 'local: payment reminders per window (default 5)' },
+};
+const DEADLINE: OptionSpec = {
+  type: 'string',
+  value: 'D',
+  help: "a window's time to finish, e.g. 6h (default the job's: the earlier of its gap and 6h)",
+};
 const RANGE = {
   from: { type: 'string', value: 'T', help: 'from this time (inclusive)' },
   to: { type: 'string', value: 'T', help: 'to this time (exclusive)' },
@@ -78,22 +97,25 @@ const COMMANDS: readonly Command[] = [
     description:
       "Lists the windows the job's schedule produced from --from to --to (its cron, rate or at, in its time\n" +
       "zone, with Scheduler's daylight-saving rules), each with its slot record: state, holder, epoch, lease\n" +
-      'end, claims so far, effects done and in doubt. A window that was due and has no record is MISSED.\n' +
-      'Reads one record per window (no Scan), at most 1,000 windows.\n\n' +
-      'Exit code 1 when a window needs a look: missed, failed, stuck (RUNNING, lease ended), unfinished\n' +
-      '(RELEASED), or with effects in doubt.',
+      'end, claims so far, effects done, in doubt and refused. A window that was due and has no record is\n' +
+      'MISSED. Reads one record per window (no Scan), at most 1,000 windows.\n\n' +
+      'Exit code 1 when a window needs a look: missed, FAILED, STUCK, PARTIAL (effects refused for good),\n' +
+      'past its deadline unfinished, RUNNING with its lease ended, RELEASED, or with effects in doubt.',
     options: { job: JOB, ...RANGE, ...JSON_OPTION, ...BACKEND_OPTIONS },
     run: slotsList,
   },
   {
     path: ['slots', 'show'],
-    summary: "one window: its record, delivery, last run's summary, effects by state",
+    summary: "one window: its record, deadline, checkpoint, last run's summary, effects by state",
     usage: 'slotguard slots show --job ID --window T',
     description:
-      'Shows one slot: state, holder, epoch, lease end, the delivery that claimed it last (execution id,\n' +
-      'attempt, invocation, backfilled), the last run summary and error, and its effects grouped by state\n' +
-      '(done, in doubt, under way). Effects are shown by their HMAC hash: addresses are never stored.\n\n' +
-      'Exit code 1 when the window is missed, failed, stuck, unfinished or has effects in doubt.',
+      'Shows one slot: state (STUCK with why, RELEASED waiting for retries until when), holder, epoch, lease\n' +
+      "end, deadline, checkpoint (where the next run resumes), the holder's progress, runs without progress,\n" +
+      "the delivery that claimed it last (execution id, attempt, invocation, backfilled), the window's\n" +
+      'summary and last error, and its effects by state: done, in doubt, under way, and refused (hash,\n' +
+      'attempts, reason, next retry or "for good"). Effects are shown by their HMAC hash: addresses are\n' +
+      'never stored.\n\n' +
+      'Exit code 1 when the window needs a look (see slots list).',
     options: {
       job: JOB,
       window: WINDOW,
@@ -105,18 +127,21 @@ const COMMANDS: readonly Command[] = [
   },
   {
     path: ['slots', 'release'],
-    summary: 'give a stuck or FAILED slot back, fenced on its epoch',
+    summary: 'give a STUCK, FAILED or abandoned RUNNING slot back, fenced on its epoch',
     usage: 'slotguard slots release --job ID --window T [--force]',
     description:
-      'Releases the slot (RUNNING or FAILED → RELEASED, failure count reset) with a write conditioned on the\n' +
-      'epoch just read, so the next delivery claims it at epoch + 1 and skips every effect done. Refused\n' +
-      "while the holder's lease is live unless --force, which fences the holder out: it stops at its next\n" +
-      'renewal, and the effects it had reserved become in doubt. A DONE slot is not released: resolve its\n' +
-      'effects with --rerun instead.\n\nExit code 1 when refused; nothing is written then.',
+      'Releases the slot (RUNNING, FAILED or STUCK → RELEASED, failures and runs without progress reset,\n' +
+      "a fresh deadline: now plus the job's, or --deadline) with a write conditioned on the epoch just read,\n" +
+      'so the next delivery claims it at epoch + 1, resumes from its checkpoint and skips every effect done.\n' +
+      "Refused while the holder's lease is live unless --force, which fences the holder out: it stops at its\n" +
+      'next renewal, and the effects it had reserved become in doubt. A DONE slot is not released: resolve\n' +
+      'its effects with --rerun instead; a PARTIAL one is re-driven (effects redrive).\n\n' +
+      'Exit code 1 when refused; nothing is written then.',
     options: {
       job: JOB,
       window: WINDOW,
       force: { type: 'boolean', help: "release even while the holder's lease is live (fences it)" },
+      deadline: DEADLINE,
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
     },
@@ -130,8 +155,8 @@ const COMMANDS: readonly Command[] = [
       'An effect in doubt was reserved by a run that died before recording it: the email may or may not\n' +
       "have gone. Check the provider first (SES sending events for the hash's recipient), then:\n" +
       '  --mark-done  it went: record it done; no run will send it again\n' +
-      '  --rerun      it did not: clear the reservation (and reopen the slot if it is DONE) so the next\n' +
-      '               delivery, or slotguard backfill, sends it\n' +
+      '  --rerun      it did not: clear the reservation (and reopen the slot, with a fresh deadline, if it\n' +
+      '               is DONE or PARTIAL) so the next delivery, or slotguard backfill, sends it\n' +
       "Both are conditioned on the slot's epoch as just read and refused while a run holds a live lease.\n\n" +
       'Exit code 1 when refused, or when the effect is not in doubt (done, or unknown).',
     options: {
@@ -140,10 +165,76 @@ const COMMANDS: readonly Command[] = [
       key: { type: 'string', value: 'HASH', help: 'the effect, by the hash `slots show` lists' },
       'mark-done': { type: 'boolean', help: 'the effect happened' },
       rerun: { type: 'boolean', help: 'the effect did not happen: let the next run perform it' },
+      deadline: DEADLINE,
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
     },
     run: effectsResolve,
+  },
+  {
+    path: ['effects', 'redrive'],
+    summary: "send a window's refused effects again: clear them, reopen it, deliver it",
+    usage: 'slotguard effects redrive --job ID --window T [--key HASH ...] [--function NAME]',
+    description:
+      'For a PARTIAL window (effects the provider refused for good: EffectFailed paged), a STUCK one\n' +
+      '(WindowStuck), or one past its deadline. Once the cause is fixed (a verified address, a raised quota,\n' +
+      'the credentials), this:\n' +
+      "  1. deletes the window's refused (FAILED) effect records: every one, or the --key hashes given,\n" +
+      '     each only if it is still the refusal it read\n' +
+      "  2. gives the slot back RELEASED with a fresh deadline (now plus the job's, or --deadline), its runs\n" +
+      '     without progress 0 and no checkpoint, whatever its state (PARTIAL, STUCK, DONE, FAILED, RELEASED)\n' +
+      '  3. delivers the window again as backfill does: --function invokes the deployed function (AWS),\n' +
+      '     otherwise the job runs in this process (mail to --smtp, else the running serve)\n' +
+      'The run skips every effect done, leaves effects in doubt in doubt, and performs the cleared ones: they\n' +
+      'were refused before they were performed, so nobody gets a second email. Every write is conditioned on\n' +
+      "the slot's epoch as just read and refused while a run holds a live lease.\n\n" +
+      'Exit code 1 when refused (nothing written), when a --key is not a refused effect (nothing written), or\n' +
+      'when the window did not finish DONE in this process.',
+    options: {
+      job: JOB,
+      window: WINDOW,
+      key: {
+        type: 'string',
+        value: 'HASH',
+        multiple: true,
+        help: 'only this refused effect, by the hash `slots show` lists (repeat for more); default all',
+      },
+      deadline: DEADLINE,
+      ...DELIVERY_OPTIONS,
+      ...JSON_OPTION,
+      ...BACKEND_OPTIONS,
+    },
+    run: effectsRedrive,
+  },
+  {
+    path: ['watchdog'],
+    summary: "the watchdog's report: windows missing, incomplete or partial over a lookback",
+    usage: 'slotguard watchdog --job ID [--lookback 48h] [--grace 15m] [--deadline D] [--json]',
+    description:
+      "The audit the deployed watchdog runs every 15 minutes, printed. Lists the windows the job's schedule\n" +
+      'produced over the lookback, reads each slot record, and judges it:\n' +
+      '  OK          DONE\n' +
+      '  PARTIAL     finished with effects refused for good (EffectFailed pages for these)\n' +
+      '  MISSING     no record, and its scheduled time plus the grace has passed (WindowMissing)\n' +
+      "  INCOMPLETE  STUCK or FAILED, or not finished past its deadline (the record's) (WindowIncomplete)\n" +
+      '  PENDING     not due to be judged yet\n' +
+      "The deadline is the job's: the earlier of the gap to its next window and 6 hours. rate() jobs count\n" +
+      "from --rate-start, as the schedule's StartDate.\n\n" +
+      'Exit code 1 when a window is missing or incomplete: when the watchdog pages.',
+    options: {
+      job: JOB,
+      lookback: {
+        type: 'string',
+        value: 'D',
+        help: 'how far back: 48h (default), 7d … at most 34 days (the records are kept 35)',
+      },
+      grace: { type: 'string', value: 'D', help: 'how long a window may have no record: 15m (default)' },
+      deadline: DEADLINE,
+      'rate-start': RANGE['rate-start'],
+      ...JSON_OPTION,
+      ...BACKEND_OPTIONS,
+    },
+    run: watchdog,
   },
   {
     path: ['backfill'],
@@ -154,7 +245,8 @@ const COMMANDS: readonly Command[] = [
       "Runs the windows of the range that were due and have no slot record, as the job's catch-up policy\n" +
       'says (skip, once: the latest, all; within its maximum lateness), and delivers again the ones left\n' +
       'unfinished (RELEASED, or RUNNING under a lease that ended). Each run carries its original scheduled\n' +
-      'time and backfilled: true (recorded on the slot). Windows already DONE, FAILED or running stand.\n\n' +
+      'time and backfilled: true (recorded on the slot). Windows already DONE, FAILED or running stand, and\n' +
+      'so do PARTIAL and STUCK ones: re-drive those (effects redrive).\n\n' +
       'Locally (the state directory or --endpoint) the job runs in this process, one window at a time,\n' +
       'through the same handler as deployed; mail goes to --smtp, else the running serve, else an SMTP\n' +
       'server started for it. Against AWS, --function invokes the deployed function asynchronously\n' +
@@ -167,11 +259,8 @@ const COMMANDS: readonly Command[] = [
       'rate-start': RANGE['rate-start'],
       'catch-up': { type: 'string', value: 'MODE', help: "skip, once or all, instead of the job's policy" },
       'max-lateness': { type: 'string', value: 'MIN', help: "minutes, or none, instead of the job's policy" },
-      function: { type: 'string', value: 'NAME', help: 'AWS: invoke this function (name or ARN)' },
       'dry-run': { type: 'boolean', help: 'show what would run, run nothing' },
-      smtp: { type: 'string', value: 'HOST:PORT', help: 'local: the SMTP server mail goes to' },
-      recipients: { type: 'string', value: 'N', help: 'local: weekly report customers (default 12400)' },
-      invoices: { type: 'string', value: 'N', help: 'local: payment reminders per window (default 5)' },
+      ...DELIVERY_OPTIONS,
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
     },
@@ -228,14 +317,15 @@ const COMMANDS: readonly Command[] = [
 const EXIT_CODES =
   'Exit codes:\n' +
   '  0  done, nothing wrong found\n' +
-  '  1  refused (a live lease, a stale epoch, a DONE slot) or problems found (missed windows, effects in doubt)\n' +
+  '  1  refused (a live lease, a stale epoch, a DONE slot) or problems found (missed, stuck or partial windows,\n' +
+  '     effects in doubt)\n' +
   '  2  bad usage: a missing or malformed option, an unknown job or command; nothing was read or written\n' +
   '  3  the backend or AWS could not be reached or refused the credentials; nothing was written\n' +
   '  4  an unexpected error (a bug): the message and stack are on stderr';
 
 const TIMES =
   'Times: an instant with its zone (2026-11-30T06:00:00Z, 2026-11-30T09:00+03:00), a UTC date (2026-11-30),\n' +
-  'or now, now-2h, now-7d, now+15m. A time without a zone is refused.';
+  'or now, now-2h, now-7d, now+15m. A time without a zone is refused. Durations (D): 90s, 15m, 48h, 7d.';
 
 function overview(): string {
   const width = Math.max(...COMMANDS.map((c) => c.path.join(' ').length));
@@ -248,7 +338,7 @@ function overview(): string {
     'Commands:',
     ...COMMANDS.map((c) => `  ${c.path.join(' ').padEnd(width)}  ${c.summary}`),
     '',
-    'Where the slots are (every slots, effects and backfill command):',
+    'Where the slots are (every slots, effects, backfill and watchdog command):',
     ...optionLines(BACKEND_OPTIONS),
     '  With none of these: the running `npm start -- serve` (its endpoint is in .slotguard/serve.json), else',
     '  the tables it keeps in .slotguard/dynamodb.',
@@ -313,7 +403,10 @@ export async function main(argv: readonly string[], io: CliIo): Promise<number> 
   let values: OptionValues;
   try {
     const options = Object.fromEntries(
-      Object.entries(command.options).map(([name, spec]) => [name, { type: spec.type }]),
+      Object.entries(command.options).map(([name, spec]) => [
+        name,
+        { type: spec.type, ...(spec.multiple ? { multiple: true } : {}) },
+      ]),
     );
     const parsed = parseArgs({ args: [...argv], options, allowPositionals: true, strict: true });
     const extra = parsed.positionals.slice(command.path.filter(Boolean).length);

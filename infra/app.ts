@@ -20,8 +20,16 @@ export const AppContext = {
   sesFromAddress: 'slotguard:sesFromAddress',
   /** Emails per second per job. Default 1. */
   sendRatePerSecond: 'slotguard:sendRatePerSecond',
-  /** An SNS topic ARN every alarm notifies (your pager). Default: no alarm actions. */
+  /**
+   * An SNS topic ARN the alarms that page notify (your pager; which page is ALARM_PAGING in
+   * infra/paging.ts). Default: no alarm actions.
+   */
   alarmTopicArn: 'slotguard:alarmTopicArn',
+  /**
+   * When the jobs were first deployed (ISO 8601), so the watchdog does not report the windows before
+   * they existed (ScheduledJobProps.watchedSince). Default: none.
+   */
+  watchedSince: 'slotguard:watchedSince',
 } as const;
 
 /** Options of `buildApp`. */
@@ -43,8 +51,8 @@ export interface SlotguardApp {
 }
 
 /**
- * The example app: one ScheduledJob per jobCatalog entry, all sharing one ClaimsTable, one
- * dashboard, and cdk-nag's AwsSolutions checks over everything.
+ * The example app: one ScheduledJob per jobCatalog entry, all sharing one ClaimsTable (and so one
+ * watchdog), one dashboard, and cdk-nag's AwsSolutions checks over everything.
  * @example const { app } = buildApp(); app.synth();
  */
 export function buildApp(app: App = new App(), options: BuildAppOptions = {}): SlotguardApp {
@@ -58,6 +66,7 @@ export function buildApp(app: App = new App(), options: BuildAppOptions = {}): S
   const alarmActions = topicArn
     ? [new actions.SnsAction(sns.Topic.fromTopicArn(stack, 'AlarmTopic', topicArn))]
     : [];
+  const watchedSince = contextString(app, AppContext.watchedSince);
 
   const jobs = jobCatalog.map(
     (job) =>
@@ -66,6 +75,7 @@ export function buildApp(app: App = new App(), options: BuildAppOptions = {}): S
         claims,
         ses: { identity: sesIdentity, fromAddress: sesFromAddress, maxSendRatePerSecond: sendRate },
         alarmActions,
+        ...(watchedSince ? { watchedSince: new Date(watchedSince) } : {}),
         projectRoot: options.projectRoot ?? REPOSITORY_ROOT,
       }),
   );

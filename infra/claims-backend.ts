@@ -9,20 +9,27 @@ import type { JobSpec } from '../shared/job/job-spec.js';
  */
 export interface ClaimsBackend {
   /**
-   * What the function must be created with, asked by ScheduledJob before it creates the function:
-   * a Lambda function's VPC and its bundle are fixed at creation, and `bind` comes after. Also the
-   * place to check the job against the backend's limits: throw an InfraValidationError naming
-   * `job` (the ScheduledJob) and the prop.
+   * What a function must be created with, asked before it is created: a Lambda function's VPC and
+   * its bundle are fixed at creation, and `bind` or `bindReader` comes after. ScheduledJob asks for
+   * its job's function, passing the job (`spec`): the place to check the job against the
+   * backend's limits, throwing an InfraValidationError naming `scope` (the ScheduledJob) and the
+   * prop. The watchdog asks for its own function with no `spec`.
    *
-   * Optional: a backend without it (ClaimsTable) gets a function outside any VPC, bundled from the
+   * Optional: a backend without it (ClaimsTable) gets functions outside any VPC, bundled from the
    * handler entry alone.
    */
-  functionOptions?(job: IConstruct, spec: Required<JobSpec>): ClaimsBackendFunctionOptions;
+  functionOptions?(scope: IConstruct, spec?: Required<JobSpec>): ClaimsBackendFunctionOptions;
   /**
    * Gives `fn` access to job `jobId`'s claims and no other job's, and sets the environment
    * variables the runtime reads to find the store.
    */
   bind(fn: lambda.Function, jobId: string): void;
+  /**
+   * Gives `fn` read access to job `jobId`'s slot records (the watchdog reads them to find windows
+   * that never ran or never finished) and sets the variables the runtime reads to find the store.
+   * Called once per job a function watches, so one function may read several jobs' records.
+   */
+  bindReader(fn: lambda.Function, jobId: string): void;
 }
 
 /** What a claims backend needs the job's function to be created with. */

@@ -1,4 +1,4 @@
-import { RemovalPolicy } from 'aws-cdk-lib';
+import { Lazy, RemovalPolicy } from 'aws-cdk-lib';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as kms from 'aws-cdk-lib/aws-kms';
@@ -44,6 +44,12 @@ export const CLAIMS_TABLE_ACTIONS = [
 ] as const;
 
 /**
+ * What a slot reader (the watchdog) does: a consistent GetItem of one window's slot record. No
+ * Query: a slot record is one item, and an effect partition is not the reader's business.
+ */
+export const CLAIMS_TABLE_READER_ACTIONS = ['dynamodb:GetItem'] as const;
+
+/**
  * The DynamoDB table that holds every job's slot claims and effect ledger (layout in
  * shared/backends/dynamodb/table-layout.ts), one table shared by any number of jobs.
  *
@@ -64,6 +70,8 @@ export const CLAIMS_TABLE_ACTIONS = [
 export class ClaimsTable extends Construct implements ClaimsBackend {
   /** The underlying table. */
   readonly table: dynamodb.Table;
+  /** Per slot reader, its one statement and the jobs' LeadingKeys patterns in it. */
+  private readonly slotReads = new Map<iam.IGrantable, { patterns: string[]; grant: iam.Grant }>();
 
   constructor(scope: Construct, id: string, props: ClaimsTableProps = {}) {
     super(scope, id);
@@ -91,15 +99,7 @@ export class ClaimsTable extends Construct implements ClaimsBackend {
    * (a Scan), which is why the action list stays item-level.
    */
   grantClaims(grantee: iam.IGrantable, jobId: string): iam.Grant {
-    if (!JOB_ID_PATTERN.test(jobId)) {
-      // A pattern such as '*' would widen the condition to every job's items.
-      throw new InfraValidationError(
-        this,
-        'jobId',
-        `grantClaims jobId ${describe(jobId)} does not match ${JOB_ID_PATTERN}; pass the job's id ` +
-          '(1-63 lower-case letters, digits or hyphens, a letter first)',
-      );
-    }
+    this.checkGrantJobId('grantClaims', jobId);
     return iam.Grant.addToPrincipal({
       grantee,
       actions: [...CLAIMS_TABLE_ACTIONS],
@@ -112,5 +112,49 @@ export class ClaimsTable extends Construct implements ClaimsBackend {
   bind(fn: lambda.Function, jobId: string): void {
     this.grantClaims(fn, jobId);
     fn.addEnvironment(RuntimeEnv.tableName, this.table.tableName);
+  }
+
+  /**
+   * Grants `grantee` GetItem on the items of job `jobId`, and of every job passed before for the
+   * same grantee: one statement per grantee whose LeadingKeys condition lists each job's
+   * `<jobId>#*`, so a watchdog of many jobs keeps one short policy. No write, no Query, no Scan.
+   */
+  grantSlotReads(grantee: iam.IGrantable, jobId: string): iam.Grant {
+    this.checkGrantJobId('grantSlotReads', jobId);
+    const existing = this.slotReads.get(grantee);
+    if (existing) {
+      existing.patterns.push(leadingKeysPattern(jobId));
+      return existing.grant;
+    }
+    const patterns = [leadingKeysPattern(jobId)];
+    const grant = iam.Grant.addToPrincipal({
+      grantee,
+      actions: [...CLAIMS_TABLE_READER_ACTIONS],
+      resourceArns: [this.table.tableArn],
+      // Lazy: jobs bound after this one join the same condition.
+      conditions: {
+        'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': Lazy.list({ produce: () => [...patterns] }) },
+      },
+    });
+    this.slotReads.set(grantee, { patterns, grant });
+    return grant;
+  }
+
+  /** Grants `fn` reads of job `jobId`'s slot records and tells the runtime the table's name. */
+  bindReader(fn: lambda.Function, jobId: string): void {
+    this.grantSlotReads(fn, jobId);
+    fn.addEnvironment(RuntimeEnv.tableName, this.table.tableName);
+  }
+
+  private checkGrantJobId(method: string, jobId: string): void {
+    if (!JOB_ID_PATTERN.test(jobId)) {
+      // A pattern such as '*' would widen the condition to every job's items.
+      throw new InfraValidationError(
+        this,
+        'jobId',
+        `${method} jobId ${describe(jobId)} does not match ${JOB_ID_PATTERN}; pass the job's id ` +
+          '(1-63 lower-case letters, digits or hyphens, a letter first)',
+      );
+    }
   }
 }

@@ -1,7 +1,8 @@
 /**
- * `slotguard/cdk`: the CDK constructs. A `ScheduledJob` per job (schedule, function bundled from
- * your handler with the local esbuild, dead-letter queue, alarms), a `ClaimsTable` (DynamoDB) or
- * `PostgresClaims` for their claims, a `SlotguardDashboard` over them. aws-cdk-lib and constructs
+ * `slotguard/cdk`: the CDK constructs. A `ScheduledJob` per job (schedule, work queue, function
+ * bundled from your handler with the local esbuild, dead-letter queue, alarms), a `ClaimsTable`
+ * (DynamoDB) or `PostgresClaims` for their claims, the `SlotguardWatchdog` each backend gets, a
+ * `SlotguardDashboard` over them. aws-cdk-lib and constructs
  * are peer dependencies: the app's own copies are used.
  *
  * One re-export per public name, so adding a name is one line.
@@ -14,6 +15,7 @@ export type { ClaimsBackend, ClaimsBackendFunctionOptions } from './claims-backe
 export { CLAIMS_TABLE_ACTIONS, ClaimsTable, type ClaimsTableProps } from './claims-table.js';
 export { sharedEffectKeySecret } from './effect-key-secret.js';
 export { InfraValidationError } from './infra-validation-error.js';
+export { ALARM_PAGING, type AlarmKey, DASHBOARD_ONLY } from './paging.js';
 export {
   DATABASE_USER_PATTERN,
   LAMBDA_RUNTIME_CA_BUNDLE,
@@ -22,11 +24,20 @@ export {
   PostgresEndpoint,
   type PostgresHostOptions,
 } from './postgres-claims.js';
+export { rateAsUtcCron } from './rate-as-cron.js';
 export {
   ScheduledJob,
   type ScheduledJobAlarms,
   type ScheduledJobProps,
   type ScheduleRetryPolicy,
   type SesSendingProps,
+  workQueueMaxReceiveCount,
 } from './scheduled-job.js';
 export { SlotguardDashboard, type SlotguardDashboardProps } from './slotguard-dashboard.js';
+export {
+  JOBS_PER_STOPPED_ALARM,
+  SlotguardWatchdog,
+  type SlotguardWatchdogProps,
+  WATCHDOG_RATE,
+  type WatchedJob,
+} from './slotguard-watchdog.js';

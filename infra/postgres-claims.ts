@@ -254,6 +254,8 @@ export class PostgresClaims extends Construct implements ClaimsBackend {
   readonly schema: string;
   private readonly props: PostgresClaimsProps;
   private readonly ssl: boolean;
+  /** Functions already connected by `bindReader`, which runs once per job they watch. */
+  private readonly readers = new WeakSet<lambda.Function>();
 
   constructor(scope: Construct, id: string, props: PostgresClaimsProps) {
     super(scope, id);
@@ -274,26 +276,13 @@ export class PostgresClaims extends Construct implements ClaimsBackend {
   }
 
   /**
-   * Puts the function in the VPC, injects the Postgres runtime into its bundle, and checks the job's
-   * lease against the backend's session timeouts: a claim refuses a lease shorter than three times the
-   * longest of them, so that a stuck statement gives up while the lease still holds.
+   * Puts the function in the VPC and injects the Postgres runtime into its bundle. For a job's
+   * function (`spec` given), also checks the job's lease against the backend's session timeouts: a
+   * claim refuses a lease shorter than three times the longest of them, so that a stuck statement
+   * gives up while the lease still holds.
    */
-  functionOptions(job: IConstruct, spec: Required<JobSpec>): ClaimsBackendFunctionOptions {
-    const longestMs = Math.max(
-      DEFAULT_TIMEOUTS.statementMs,
-      DEFAULT_TIMEOUTS.lockMs,
-      DEFAULT_TIMEOUTS.idleInTransactionMs,
-    );
-    const minimumSeconds = Math.ceil((3 * longestMs) / 1000);
-    if (spec.leaseSeconds < minimumSeconds) {
-      throw new InfraValidationError(
-        job,
-        'job.leaseSeconds',
-        `job.leaseSeconds is ${spec.leaseSeconds}, shorter than the Postgres backend's minimum of ${minimumSeconds} ` +
-          `(three times its longest session timeout, ${longestMs} ms): every claim would be refused; set ` +
-          `job.leaseSeconds to ${minimumSeconds} or more`,
-      );
-    }
+  functionOptions(scope: IConstruct, spec?: Required<JobSpec>): ClaimsBackendFunctionOptions {
+    if (spec) this.checkLease(scope, spec);
     return {
       vpc: this.props.vpc,
       ...(this.props.vpcSubnets ? { vpcSubnets: this.props.vpcSubnets } : {}),
@@ -308,8 +297,23 @@ export class PostgresClaims extends Construct implements ClaimsBackend {
    * every job (see the class comment).
    */
   bind(fn: lambda.Function, jobId: string): void {
+    this.connect(fn, `slotguard job ${jobId} to Postgres`);
+  }
+
+  /**
+   * Connects `fn` as `bind` does, once however many jobs it reads. The database user is the jobs'
+   * own, so the reader is read-only by what its code runs, not by a grant: Postgres privileges are
+   * per user, and PostgresClaims has one (see the class comment).
+   */
+  bindReader(fn: lambda.Function, _jobId: string): void {
+    if (this.readers.has(fn)) return;
+    this.readers.add(fn);
+    this.connect(fn, `slotguard watchdog ${fn.node.path} to Postgres`.slice(0, 255));
+  }
+
+  private connect(fn: lambda.Function, ingressDescription: string): void {
     const { endpoint, secret, iamAuthUser } = this.props;
-    endpoint.connections?.allowFrom(fn, ec2.Port.tcp(endpoint.port), `slotguard job ${jobId} to Postgres`);
+    endpoint.connections?.allowFrom(fn, ec2.Port.tcp(endpoint.port), ingressDescription);
     fn.addEnvironment(BACKEND_ENV, BackendKind.Postgres);
     fn.addEnvironment(PostgresRuntimeEnv.host, endpoint.hostname);
     fn.addEnvironment(PostgresRuntimeEnv.port, Tokenization.stringifyNumber(endpoint.port));
@@ -325,6 +329,24 @@ export class PostgresClaims extends Construct implements ClaimsBackend {
     } else if (secret) {
       secret.grantRead(fn);
       fn.addEnvironment(PostgresRuntimeEnv.secretArn, secret.secretArn);
+    }
+  }
+
+  private checkLease(job: IConstruct, spec: Required<JobSpec>): void {
+    const longestMs = Math.max(
+      DEFAULT_TIMEOUTS.statementMs,
+      DEFAULT_TIMEOUTS.lockMs,
+      DEFAULT_TIMEOUTS.idleInTransactionMs,
+    );
+    const minimumSeconds = Math.ceil((3 * longestMs) / 1000);
+    if (spec.leaseSeconds < minimumSeconds) {
+      throw new InfraValidationError(
+        job,
+        'job.leaseSeconds',
+        `job.leaseSeconds is ${spec.leaseSeconds}, shorter than the Postgres backend's minimum of ${minimumSeconds} ` +
+          `(three times its longest session timeout, ${longestMs} ms): every claim would be refused; set ` +
+          `job.leaseSeconds to ${minimumSeconds} or more`,
+      );
     }
   }
 

@@ -2,6 +2,7 @@ import { Annotations, Arn, Duration, RemovalPolicy, Stack, TimeZone, Validations
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
+import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
@@ -9,30 +10,38 @@ import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct, type IConstruct } from 'constructs';
-import { JOB_DEFAULTS, type JobSpec } from '../shared/job/job-spec.js';
+import {
+  defaultDeadlineSeconds,
+  JOB_DEFAULTS,
+  type JobSpec,
+  type ScheduleSpec,
+} from '../shared/job/job-spec.js';
 import { RuntimeEnv } from '../shared/job/runtime-env.js';
 import { type AnalysedSchedule, analyseSchedule } from '../shared/schedule/schedule-analysis.js';
 import { describe, JOB_ID_PATTERN, windowOf } from '../shared/slot/slot.js';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
 import type { ClaimsBackend } from './claims-backend.js';
+import { CLOUDWATCH_ALARM_LIMITS } from './cloudwatch-limits.js';
 import { sharedEffectKeySecret } from './effect-key-secret.js';
 import { locateHandlerEntry } from './handler-entry.js';
 import { InfraValidationError } from './infra-validation-error.js';
-import { CLOUDWATCH_ALARM_LIMITS, missedRunWindow } from './missed-run-window.js';
-import { BUNDLING_CONDITIONS } from './package-source.js';
+import { ALARM_PAGING, type AlarmKey } from './paging.js';
+import { rateAsUtcCron } from './rate-as-cron.js';
+import { grantNetworkInterfaces, slotguardBundling, slotguardVpcPlacement } from './slotguard-function.js';
+import { SlotguardWatchdog } from './slotguard-watchdog.js';
 
 /** How EventBridge Scheduler and Lambda retry a fire that did not get through. */
 export interface ScheduleRetryPolicy {
   /**
-   * Scheduler's retries when invoking the function fails (throttling, service errors). The
-   * function's own failures are retried by Lambda's asynchronous invocation, `maxAttempts - 1`
-   * times (at most 2), against the same slot.
+   * Scheduler's retries when sending a fire to the job's work queue fails (throttling, service
+   * errors). A run's own failures are retried by the work queue, against the same slot.
    * @default 20
    */
   readonly attempts?: number;
   /**
-   * How old a fire may get and still be delivered, by Scheduler and by Lambda's async queue. A late
-   * fire still lands in its own window's slot. Between 1 minute and 6 hours (Lambda's limit).
+   * How old a fire may get and still be delivered: by Scheduler to the work queue, and by Lambda's
+   * async queue for direct asynchronous invokes (`slotguard backfill`). A late fire still lands in
+   * its own window's slot. Between 1 minute and 6 hours (Lambda's limit).
    * @default Duration.hours(1)
    */
   readonly maxEventAge?: Duration;
@@ -45,8 +54,8 @@ export interface SesSendingProps {
   /** The From address; at `identity` (or equal to it when the identity is an address). */
   readonly fromAddress: string;
   /**
-   * Emails per second this job may send: the account's SES maximum send rate, divided among the
-   * jobs that send at once.
+   * Emails per second one run of this job may send: the account's SES maximum send rate, divided
+   * among the runs that send at once (up to `maxConcurrency` of this job's).
    * @default 1
    */
   readonly maxSendRatePerSecond?: number;
@@ -74,7 +83,10 @@ export interface ScheduledJobProps {
    */
   readonly retry?: ScheduleRetryPolicy;
   /**
-   * Where fires that exhausted their retries go, from Scheduler and from Lambda's async queue.
+   * Where the job's dead letters go: fires Scheduler could not send to the work queue, window
+   * messages the work queue received `maxReceiveCount` times, and direct asynchronous invokes that
+   * exhausted Lambda's retries. Every one is a window event, so redriving the queue into the work
+   * queue runs them again. Must be a standard queue in the job's account and region.
    * @default a new SQS queue for this job, SQS-managed encryption, TLS only, 14 days' retention
    */
   readonly deadLetterQueue?: sqs.IQueue;
@@ -85,25 +97,33 @@ export interface ScheduledJobProps {
    */
   readonly flexibleTimeWindow?: Duration;
   /**
-   * Actions for every alarm of this job, e.g. `new SnsAction(topic)`.
+   * Actions for the alarms that page (`ALARM_PAGING` in infra/paging.ts), e.g. `new SnsAction(topic)`;
+   * the watchdog's WatchdogStopped alarm notifies the union of its jobs' actions.
    * @default no actions (alarms change state and show on the dashboard only)
    */
   readonly alarmActions?: readonly cloudwatch.IAlarmAction[];
   /**
-   * How long after a fire's longest gap the missed-run alarm waits for its ClaimAcquired metric.
-   * The runtime flushes ClaimAcquired as soon as the slot is claimed, so this covers delivery,
-   * Lambda's async retry delays (up to about 3 minutes) and CloudWatch's ingestion.
+   * How long after its scheduled time a window may have no slot record before the watchdog reports
+   * it missing: delivery, the work queue and the first claim, not the run's length. From 1 minute
+   * to 24 hours.
    * @default 15 minutes
    */
   readonly missedRunGrace?: Duration;
   /**
-   * Whether the missed-run alarm of a schedule whose longest gap plus grace exceeds what CloudWatch
-   * can watch (7 days; e.g. a weekly cron) gets `alarmActions`. Such an alarm can only look back 7
-   * days, so it is in ALARM from each fire until that run's claim metric arrives: it would page on
-   * every run.
-   * @default false: the capped alarm is created, shown on the dashboard, and pages nobody
+   * When the watchdog starts judging this job's windows: none scheduled before it is reported
+   * missing or incomplete. Set it when you add a job (its first deployment), or the watchdog reports
+   * the windows of its look-back that came before the job existed. A fixed instant, not the time of
+   * synthesis, so that the template stays the same from one synth to the next.
+   * @default none: every window of the look-back (48 hours or more) is judged
    */
-  readonly pageOnCappedMissedRun?: boolean;
+  readonly watchedSince?: Date;
+  /**
+   * Runs of this job at once: the work queue's event source invokes at most this many functions,
+   * so at most this many windows (or deliveries of one window, of which all but one stand down)
+   * run together. Each run sends at `ses.maxSendRatePerSecond`. From 2 (AWS's minimum) to 1000.
+   * @default 2
+   */
+  readonly maxConcurrency?: number;
   /**
    * How long slot and effect records are kept (DynamoDB TTL), in days.
    * @default 35
@@ -144,25 +164,33 @@ export interface ScheduledJobProps {
   readonly enabled?: boolean;
 }
 
-/** The alarms a ScheduledJob creates. */
+/**
+ * The alarms a ScheduledJob creates. Which of them page (get `alarmActions`) is decided in one
+ * place, `ALARM_PAGING` (infra/paging.ts); each entry here says what went wrong.
+ */
 export interface ScheduledJobAlarms {
-  /** A fire found its slot held or done: slotguard absorbed a duplicate delivery. */
-  readonly duplicateClaims: cloudwatch.Alarm;
+  /** Continuation gave up on a window (`WindowStuck`): no progress in 3 runs, or past its deadline. */
+  readonly windowStuck: cloudwatch.Alarm;
+  /** The watchdog found a window with no slot record past its grace (`WindowMissing`). */
+  readonly windowMissing: cloudwatch.Alarm;
+  /** The watchdog found a window unfinished past its deadline, STUCK or FAILED (`WindowIncomplete`). */
+  readonly windowIncomplete: cloudwatch.Alarm;
+  /** A recipient failed for good (`EffectFailed`): its window ends PARTIAL. */
+  readonly effectsFailed: cloudwatch.Alarm;
   /** An effect was reserved by an earlier run and never marked done: it may not have happened. */
   readonly effectsInDoubt: cloudwatch.Alarm;
-  /**
-   * No claim over the schedule's longest gap plus grace. Not created for one-time (`at`)
-   * schedules; without actions when capped at 7 days (see `pageOnCappedMissedRun`).
-   */
-  readonly missedRun?: cloudwatch.Alarm;
-  /** A fire landed in the dead-letter queue. */
+  /** A run stopped because the provider refused or failed every send (`ProviderFailing`). */
+  readonly providerFailing: cloudwatch.Alarm;
+  /** A message arrived in the dead-letter queue: each new one, not the queue's depth. */
   readonly deadLetters: cloudwatch.Alarm;
-  /** The function threw (Lambda retries the fire). */
+  /** The function threw or timed out. */
   readonly functionErrors: cloudwatch.Alarm;
-  /** Scheduler's call to invoke the function failed. */
+  /** Scheduler's call to send a fire to the work queue failed. */
   readonly targetErrors: cloudwatch.Alarm;
   /** Scheduler gave up on a fire after its retry policy. */
   readonly droppedInvocations: cloudwatch.Alarm;
+  /** A window message has waited in the work queue longer than its deadline allows (dashboard only). */
+  readonly workQueueAge: cloudwatch.Alarm;
 }
 
 /** One job per app, per id: slot keys, metrics and IAM conditions all use the id. */
@@ -171,15 +199,45 @@ const jobPathsByRoot = new WeakMap<IConstruct, Map<string, string>>();
 const DEFAULT_RETRY_ATTEMPTS = 20;
 const DEFAULT_MAX_EVENT_AGE = Duration.hours(1);
 const DEFAULT_MEMORY_MB = 512;
+const DEFAULT_MAX_CONCURRENCY = 2;
+const DEFAULT_MISSED_RUN_GRACE = Duration.minutes(15);
 const ALARM_PERIOD = Duration.minutes(5);
+
+/** SQS keeps a message at most this long from when it was first sent, in a dead-letter queue too. */
+const MESSAGE_RETENTION = Duration.days(14);
+/**
+ * The longest deadline: a window's message must outlive its deadline in the work queue and still
+ * leave the on-call a week in the dead-letter queue, within the 14 days SQS keeps it.
+ */
+const MAX_DEADLINE = Duration.days(7);
+
+/**
+ * The work queue's visibility timeout, in function timeouts: a run that dies before its first
+ * heartbeat (it claims, then sets its message's visibility to two leases at a time) has its window
+ * back after this, and no live run is ever overtaken by its own message.
+ */
+const WORK_QUEUE_VISIBILITY_TIMEOUTS = 6;
+
+/**
+ * How many times the work queue may deliver a window before dead-lettering it: twice the runs the
+ * deadline holds, plus 50 for deliveries that stand down at once (duplicates, waits, heartbeats).
+ * Bounded by SQS's maximum of 1000.
+ */
+export function workQueueMaxReceiveCount(deadlineSeconds: number, timeoutSeconds: number): number {
+  return Math.min(1000, 2 * Math.ceil(deadlineSeconds / timeoutSeconds) + 50);
+}
 
 /**
  * One scheduled job: an EventBridge Scheduler schedule (in its own schedule group, so Scheduler's
- * metrics are per job) invoking a Lambda function bundled from `job.entry` by the local esbuild,
- * with the claims backend, the effect-key secret, a dead-letter queue and alarms.
+ * metrics are per job) sending each window to the job's SQS work queue, and a Lambda function
+ * bundled from `job.entry` by the local esbuild consuming it, with the claims backend, the
+ * effect-key secret, a dead-letter queue, the watchdog's schedule for the job, and alarms.
  *
- * Every fire's input carries the job id and Scheduler's context attributes; the scheduled time is
- * the window's slot key, so retries of one fire, however late, land in the same slot.
+ * Every window's message carries the job id and Scheduler's context attributes; the scheduled time
+ * is the window's slot key, so every delivery of one window, however late, lands in the same slot.
+ * A window's message is deleted only when the window is finished or can never run: a run that
+ * stops with work left asks for its message back later (the continuation), and the queue
+ * dead-letters it after `maxReceiveCount` deliveries.
  *
  * @example
  * const claims = new ClaimsTable(stack, 'ClaimsTable');
@@ -198,39 +256,57 @@ const ALARM_PERIOD = Duration.minutes(5);
 export class ScheduledJob extends Construct {
   /** The job id. */
   readonly jobId: string;
-  /** The job as deployed, with defaults applied. */
+  /** The job as deployed, with defaults applied (`deadlineMinutes` included). */
   readonly job: Required<JobSpec>;
-  /** The schedule as analysed at synth time. */
+  /** The schedule as analysed at synth time (the job's own expression). */
   readonly analysedSchedule: AnalysedSchedule;
+  /**
+   * The expression and zone Scheduler is given, which the watchdog is told too: the job's own, but
+   * a `rate()` as the UTC cron on the same grid (see rateAsUtcCron for why).
+   */
+  readonly deployedSchedule: Required<ScheduleSpec>;
+  /** How long after its scheduled time a window must be finished (`job.deadlineMinutes`). */
+  readonly deadline: Duration;
   /** The job's Lambda function. */
   readonly function: nodejs.NodejsFunction;
   /**
-   * The EventBridge Scheduler schedule that fires the function; undefined for a one-time (`at()`)
-   * job whose time had passed at synth (it has fired), which synthesises with a warning instead.
+   * The EventBridge Scheduler schedule that sends each window to the work queue; undefined for a
+   * one-time (`at()`) job whose time had passed at synth (it has fired), which synthesises with a
+   * warning instead.
    */
   readonly schedule: scheduler.Schedule | undefined;
   /** This job's schedule group (one per job, so AWS/Scheduler metrics are per job). */
   readonly scheduleGroup: scheduler.ScheduleGroup;
-  /** Where fires that exhausted their retries land, from Scheduler and from Lambda. */
+  /** The job's work queue: one message per window, redelivered until the window is finished. */
+  readonly workQueue: sqs.Queue;
+  /** Where the job's dead letters land: from Scheduler, from the work queue and from Lambda. */
   readonly deadLetterQueue: sqs.IQueue;
   /** The HMAC secret the function hashes effect keys with. */
   readonly effectKeySecret: secretsmanager.ISecret;
-  /** The job's alarms, all sending to `alarmActions`. */
+  /** The watchdog of the job's claims backend in this stack, which watches this job too. */
+  readonly watchdog: SlotguardWatchdog;
+  /** The schedule that runs the watchdog for this job every 15 minutes. */
+  readonly watchdogSchedule: scheduler.Schedule;
+  /** The job's alarms; the ones `ALARM_PAGING` says page send to `alarmActions`. */
   readonly alarms: ScheduledJobAlarms;
 
   constructor(scope: Construct, id: string, props: ScheduledJobProps) {
     super(scope, id);
     const job = withDefaults(props.job);
-    this.job = job;
     this.jobId = job.id;
     this.validateJob(job);
     this.analysedSchedule = this.validateSchedule(job);
+    this.deployedSchedule = this.deploySchedule(this.analysedSchedule);
     const retry = this.validateRetry(props.retry, job);
     const flexibleTimeWindow = this.validateFlexibleWindow(props.flexibleTimeWindow);
     const retentionDays = this.validatePositiveInteger(
       'retentionDays',
       props.retentionDays ?? JOB_DEFAULTS.retentionDays,
     );
+    this.deadline = this.resolveDeadline(job, retentionDays);
+    this.job = { ...job, deadlineMinutes: this.deadline.toMinutes() };
+    const grace = this.validateGrace(props.missedRunGrace ?? DEFAULT_MISSED_RUN_GRACE);
+    const maxConcurrency = this.validateMaxConcurrency(props.maxConcurrency ?? DEFAULT_MAX_CONCURRENCY);
     const memorySize = this.validateMemory(props.memorySize ?? DEFAULT_MEMORY_MB);
     const ses = props.ses && this.validateSes(props.ses);
     const entry = locateHandlerEntry(this, {
@@ -246,14 +322,25 @@ export class ScheduledJob extends Construct {
       new sqs.Queue(this, 'DeadLetterQueue', {
         encryption: sqs.QueueEncryption.SQS_MANAGED,
         enforceSSL: true,
-        retentionPeriod: Duration.days(14),
+        retentionPeriod: MESSAGE_RETENTION,
       });
     if (!props.deadLetterQueue) {
       Validations.of(this.deadLetterQueue).acknowledge({
         id: 'AwsSolutions-SQS3',
-        reason: 'This queue is itself the dead-letter queue of the schedule and the function.',
+        reason:
+          'This queue is itself the dead-letter queue of the schedule, the work queue and the function.',
       });
     }
+    this.workQueue = new sqs.Queue(this, 'WorkQueue', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      visibilityTimeout: Duration.seconds(WORK_QUEUE_VISIBILITY_TIMEOUTS * job.timeoutSeconds),
+      retentionPeriod: MESSAGE_RETENTION,
+      deadLetterQueue: {
+        queue: this.deadLetterQueue,
+        maxReceiveCount: workQueueMaxReceiveCount(this.deadline.toSeconds(), job.timeoutSeconds),
+      },
+    });
     this.effectKeySecret = props.effectKeySecret ?? sharedEffectKeySecret(this);
 
     const logGroup = new logs.LogGroup(this, 'Logs', {
@@ -266,7 +353,7 @@ export class ScheduledJob extends Construct {
     });
     logGroup.grantWrite(role);
     // Before the function exists: its VPC and bundle are fixed at creation.
-    const backendOptions = props.claims.functionOptions?.(this, job) ?? {};
+    const backendOptions = props.claims.functionOptions?.(this, this.job) ?? {};
 
     this.function = new nodejs.NodejsFunction(this, 'Function', {
       description: `slotguard: ${job.description}`.slice(0, 256),
@@ -280,17 +367,19 @@ export class ScheduledJob extends Construct {
       timeout: Duration.seconds(job.timeoutSeconds),
       role,
       logGroup,
-      // Function errors: Lambda's async retries deliver the same event, i.e. the same slot.
+      // Scheduled windows arrive through the work queue, which invokes synchronously: none of the
+      // three settings below applies to them. They remain for direct asynchronous invokes
+      // (`slotguard backfill`, a manual invoke): Lambda's retries deliver the same event (the same
+      // slot), and one that exhausts them lands in the dead-letter queue, which pages.
       retryAttempts: Math.min(2, job.maxAttempts - 1),
       maxEventAge: retry.maxEventAge,
       deadLetterQueue: this.deadLetterQueue,
-      ...(backendOptions.vpc
-        ? {
-            vpc: backendOptions.vpc,
-            ...(backendOptions.vpcSubnets ? { vpcSubnets: backendOptions.vpcSubnets } : {}),
-            ...(backendOptions.securityGroups ? { securityGroups: backendOptions.securityGroups } : {}),
-          }
-        : {}),
+      // The continuation is the same message made visible again (ChangeMessageVisibility), never a
+      // new one, so Lambda's loop detection counts no hop on the queue path, and a direct invoke's
+      // one continuation message is a single hop. Terminate is then free, and stops a runaway loop
+      // should a change ever make a run re-send its own window.
+      recursiveLoop: lambda.RecursiveLoop.TERMINATE,
+      ...slotguardVpcPlacement(backendOptions),
       environment: {
         NODE_OPTIONS: '--enable-source-maps',
         [RuntimeEnv.jobId]: job.id,
@@ -299,53 +388,47 @@ export class ScheduledJob extends Construct {
         [RuntimeEnv.effectConcurrency]: String(job.effectConcurrency),
         [RuntimeEnv.maxAttempts]: String(job.maxAttempts),
         [RuntimeEnv.retentionDays]: String(retentionDays),
+        [RuntimeEnv.workQueueUrl]: this.workQueue.queueUrl,
+        [RuntimeEnv.deadlineSeconds]: String(this.deadline.toSeconds()),
         ...(ses
           ? { [RuntimeEnv.sesFromAddress]: ses.fromAddress, [RuntimeEnv.sendRatePerSecond]: String(ses.rate) }
           : {}),
       },
-      bundling: {
-        // Never Docker: locateHandlerEntry has checked that esbuild is installed locally.
-        forceDockerBundling: false,
-        // `slotguard` in the handler resolves to the same form as this construct: sources or compiled.
-        ...(BUNDLING_CONDITIONS.length
-          ? { esbuildArgs: { '--conditions': BUNDLING_CONDITIONS.join(',') } }
-          : {}),
-        minify: true,
-        sourceMap: true,
-        format: nodejs.OutputFormat.ESM,
-        mainFields: ['module', 'main'],
-        // The Node.js runtime ships AWS SDK v3.
-        externalModules: ['@aws-sdk/*'],
-        // CommonJS dependencies bundled into ESM still call require().
-        banner:
-          "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
-        ...(backendOptions.inject?.length ? { inject: [...backendOptions.inject] } : {}),
-      },
+      bundling: slotguardBundling(backendOptions),
     });
-    if (backendOptions.vpc) this.grantNetworkInterfaces(role);
+    if (backendOptions.vpc) grantNetworkInterfaces(this, role, this.function);
     props.claims.bind(this.function, job.id);
     this.effectKeySecret.grantRead(this.function);
     if (ses) this.grantSendEmail(ses.identity, ses.fromAddress);
+    // One window per invocation, and each record's outcome reported on its own: a window that asks
+    // for its message back must not send a finished one round again. The event source grants the
+    // consume actions; the handler's own calls are granted below, on this queue only.
+    this.function.addEventSource(
+      new SqsEventSource(this.workQueue, { batchSize: 1, reportBatchItemFailures: true, maxConcurrency }),
+    );
+    // ChangeMessageVisibility: the heartbeat and the retry delays. SendMessage: a direct invoke's
+    // continuation. (The consume grant includes the first; the handler's needs should not rest on it.)
+    this.workQueue.grant(this.function, 'sqs:ChangeMessageVisibility', 'sqs:SendMessage');
 
     // The group holds this job's schedule only; it goes when the job goes, so re-adding the job can
     // create it again under the same generated name.
     this.scheduleGroup = new scheduler.ScheduleGroup(this, 'ScheduleGroup', {
       removalPolicy: RemovalPolicy.DESTROY,
     });
-    // A one-time job that has fired keeps its function and alarms, so the stack still deploys.
+    // A one-time job that has fired keeps its function, queue and alarms, so the stack still deploys.
     if (!(this.analysedSchedule.kind === 'at' && this.analysedSchedule.passed)) {
       this.schedule = new scheduler.Schedule(this, 'Schedule', {
         description: `slotguard job ${job.id}`,
         schedule: scheduler.ScheduleExpression.expression(
-          job.schedule.expression,
-          TimeZone.of(this.analysedSchedule.timeZone),
+          this.deployedSchedule.expression,
+          TimeZone.of(this.deployedSchedule.timeZone),
         ),
         scheduleGroup: this.scheduleGroup,
         timeWindow: flexibleTimeWindow
           ? scheduler.TimeWindow.flexible(flexibleTimeWindow)
           : scheduler.TimeWindow.off(),
         enabled: props.enabled ?? true,
-        target: new targets.LambdaInvoke(this.function, {
+        target: new targets.SqsSendMessage(this.workQueue, {
           role: this.schedulerRole(),
           input: scheduler.ScheduleTargetInput.fromObject({
             jobId: job.id,
@@ -360,6 +443,19 @@ export class ScheduledJob extends Construct {
         }),
       });
     }
+
+    this.watchdog = SlotguardWatchdog.of(this, props.claims, {
+      projectRoot: entry.projectRoot,
+      ...(entry.lockFile ? { depsLockFilePath: entry.lockFile } : {}),
+    });
+    this.watchdogSchedule = this.watchdog.watch(this, {
+      jobId: job.id,
+      schedule: this.deployedSchedule,
+      deadline: this.deadline,
+      grace,
+      ...(props.watchedSince ? { watchedSince: this.validateWatchedSince(props.watchedSince) } : {}),
+      ...(props.alarmActions ? { alarmActions: props.alarmActions } : {}),
+    });
 
     this.alarms = this.createAlarms(props);
   }
@@ -400,14 +496,64 @@ export class ScheduledJob extends Construct {
     return this.metric(MetricName.InvalidEvent, props);
   }
 
-  /** Fires that won their slot. @default Sum over 5 minutes */
+  /** Runs that won their slot: a window's first run and each of its continuations. @default Sum over 5 minutes */
   metricClaimsAcquired(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return this.metric(MetricName.ClaimAcquired, props);
   }
 
+  /**
+   * Runs per finished window, hourly: runs (ClaimAcquired) over runs that did not yield. Every run
+   * of a window but its last yields, so this is about the number of runs a window took; 1 when
+   * windows finish in one run.
+   */
+  metricRunsPerWindow(): cloudwatch.MathExpression {
+    const hour = Duration.hours(1);
+    return new cloudwatch.MathExpression({
+      expression: 'IF(runs > FILL(yields, 0), runs / (runs - FILL(yields, 0)), runs)',
+      usingMetrics: {
+        runs: this.metricClaimsAcquired({ period: hour }),
+        yields: this.metric(MetricName.RunYielded, { period: hour }),
+      },
+      period: hour,
+      label: 'runs per window',
+    });
+  }
+
+  /**
+   * New arrivals in the dead-letter queue, per 5 minutes: how much the queue's depth rose. The
+   * depth alone would stay in ALARM while the first dead letter sits, so a second would page nobody.
+   *
+   * Why not NumberOfMessagesSent: SQS counts SendMessage calls there, and a message the work queue's
+   * redrive policy moves after `maxReceiveCount` receives is not sent, so the likeliest dead letter
+   * would never count. ApproximateNumberOfMessagesVisible counts every message however it arrived
+   * (a redrive, Scheduler's or Lambda's dead-letter delivery, a manual send). Its Maximum over 5
+   * minutes rides out an operator inspecting the queue (that hides messages for the visibility
+   * timeout, then they come back); NotVisible is left out because it can read 1 for an empty queue.
+   * FILL(…, 0): SQS stops reporting an empty, idle queue, and the first arrival must still be a rise.
+   */
+  metricDeadLetterArrivals(): cloudwatch.MathExpression {
+    return new cloudwatch.MathExpression({
+      expression: 'DIFF(FILL(depth, 0))',
+      usingMetrics: {
+        depth: this.deadLetterQueue.metricApproximateNumberOfMessagesVisible({
+          period: ALARM_PERIOD,
+          statistic: cloudwatch.Stats.MAXIMUM,
+        }),
+      },
+      period: ALARM_PERIOD,
+      label: 'dead letters arrived',
+    });
+  }
+
   private createAlarms(props: ScheduledJobProps): ScheduledJobAlarms {
-    const atLeastOnce = (id: string, metric: cloudwatch.IMetric, description: string): cloudwatch.Alarm =>
+    const atLeastOnce = (
+      key: AlarmKey,
+      id: string,
+      metric: cloudwatch.IMetric,
+      description: string,
+    ): cloudwatch.Alarm =>
       this.alarm(
+        key,
         id,
         {
           metric,
@@ -419,102 +565,117 @@ export class ScheduledJob extends Construct {
         },
         props.alarmActions,
       );
-    const missedRun = this.createMissedRunAlarm(props);
+    // The watchdog runs every 15 minutes; Maximum is the most windows one of its runs found.
+    const watchdogFound = (metricName: MetricName) =>
+      this.metric(metricName, { period: Duration.minutes(15), statistic: cloudwatch.Stats.MAXIMUM });
     return {
-      duplicateClaims: atLeastOnce(
-        'DuplicateClaimsAlarm',
-        this.metricDuplicateClaims(),
-        'a fire found its slot already held or done (a duplicate delivery was absorbed).',
+      windowStuck: atLeastOnce(
+        'windowStuck',
+        'WindowStuckAlarm',
+        this.metric(MetricName.WindowStuck),
+        'continuation gave up on a window (STUCK: no progress in 3 runs, or past its deadline); no run will finish it.',
+      ),
+      windowMissing: atLeastOnce(
+        'windowMissing',
+        'WindowMissingAlarm',
+        watchdogFound(MetricName.WindowMissing),
+        `the watchdog found a window of ${this.analysedSchedule.expression} (${this.analysedSchedule.timeZone}) ` +
+          'with no record past its grace; nothing ran it.',
+      ),
+      windowIncomplete: atLeastOnce(
+        'windowIncomplete',
+        'WindowIncompleteAlarm',
+        watchdogFound(MetricName.WindowIncomplete),
+        `the watchdog found a window unfinished ${this.deadline.toMinutes()} minutes after it was due, or STUCK or FAILED.`,
+      ),
+      effectsFailed: atLeastOnce(
+        'effectsFailed',
+        'EffectsFailedAlarm',
+        this.metric(MetricName.EffectFailed),
+        'a recipient failed for good (its window ends PARTIAL); they did not get their email.',
       ),
       effectsInDoubt: atLeastOnce(
+        'effectsInDoubt',
         'EffectsInDoubtAlarm',
         this.metricEffectsInDoubt(),
         'effects were reserved by an earlier run and never marked done; check whether they happened.',
       ),
-      ...(missedRun ? { missedRun } : {}),
+      providerFailing: atLeastOnce(
+        'providerFailing',
+        'ProviderFailingAlarm',
+        this.metric(MetricName.ProviderFailing),
+        'a run stopped because the provider refused or failed every send; the job is not sending.',
+      ),
       deadLetters: atLeastOnce(
+        'deadLetters',
         'DeadLettersAlarm',
-        this.deadLetterQueue.metricApproximateNumberOfMessagesVisible({
-          period: ALARM_PERIOD,
-          statistic: cloudwatch.Stats.MAXIMUM,
-        }),
-        'a fire exhausted its retries and is in the dead-letter queue; its window did not complete.',
+        this.metricDeadLetterArrivals(),
+        'a new message arrived in the dead-letter queue (a window the work queue gave up on, or a fire ' +
+          'Scheduler or Lambda could not deliver); nothing retries it.',
       ),
       functionErrors: atLeastOnce(
+        'functionErrors',
         'FunctionErrorsAlarm',
         this.function.metricErrors({ period: ALARM_PERIOD, statistic: cloudwatch.Stats.SUM }),
-        'the function threw; Lambda retries the fire against the same slot.',
+        'the function threw or timed out; the work queue redelivers the window.',
       ),
       targetErrors: atLeastOnce(
+        'targetErrors',
         'TargetErrorsAlarm',
         this.scheduleGroup.metricTargetErrors({ period: ALARM_PERIOD, statistic: cloudwatch.Stats.SUM }),
-        "Scheduler's call to invoke the function failed.",
+        "Scheduler's call to send a fire to the work queue failed.",
       ),
       droppedInvocations: atLeastOnce(
+        'droppedInvocations',
         'DroppedInvocationsAlarm',
         this.scheduleGroup.metricDropped({ period: ALARM_PERIOD, statistic: cloudwatch.Stats.SUM }),
         'Scheduler gave up on a fire after its retry policy.',
       ),
+      // A window's last delivery comes at most one visibility timeout after its deadline, unless the
+      // handler asked for a later one; SQS leaves messages received 3 or more times out of this
+      // metric, so it mostly sees windows nothing has picked up.
+      workQueueAge: this.alarm(
+        'workQueueAge',
+        'WorkQueueAgeAlarm',
+        {
+          metric: this.workQueue.metricApproximateAgeOfOldestMessage({
+            period: ALARM_PERIOD,
+            statistic: cloudwatch.Stats.MAXIMUM,
+          }),
+          threshold: this.deadline.toSeconds() + WORK_QUEUE_VISIBILITY_TIMEOUTS * this.job.timeoutSeconds,
+          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+          evaluationPeriods: 1,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+          alarmDescription:
+            `slotguard job ${this.jobId}: a window message has waited in the work queue longer than its deadline ` +
+            'and one visibility timeout; the function is not consuming the queue (see its throttles and errors).',
+        },
+        props.alarmActions,
+      ),
     };
   }
 
-  /**
-   * The missed-run alarm: every bucket of the window without a ClaimAcquired, missing data
-   * breaching (silence is exactly what it watches for).
-   */
-  private createMissedRunAlarm(props: ScheduledJobProps): cloudwatch.Alarm | undefined {
-    const schedule = this.analysedSchedule;
-    if (schedule.kind === 'at') return undefined;
-    const grace = props.missedRunGrace ?? Duration.minutes(15);
-    const window = missedRunWindow(schedule.longestGap.ms / 1000, grace.toSeconds());
-    const pages = !window.capped || props.pageOnCappedMissedRun === true;
-    if (window.capped) {
-      Annotations.of(this).addWarningV2(
-        'slotguard:missedRunWindowCapped',
-        `the missed-run alarm of job '${this.jobId}' needs to look back ${(window.wantedSeconds / 3600).toFixed(1)} hours ` +
-          `(the longest gap of ${JSON.stringify(schedule.expression)} plus grace), but CloudWatch alarms look back at most ` +
-          `${CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds / 86_400} days. Watching the last 7 days, it goes into ALARM ` +
-          "from each fire until that run's ClaimAcquired arrives, so " +
-          (pages
-            ? 'it will page briefly on every run (pageOnCappedMissedRun is set)'
-            : 'it is created without alarm actions (dashboard only); set pageOnCappedMissedRun to page anyway'),
-      );
-    }
-    return this.alarm(
-      'MissedRunAlarm',
-      {
-        metric: this.metricClaimsAcquired({ period: window.period }),
-        threshold: 1,
-        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-        evaluationPeriods: window.evaluationPeriods,
-        datapointsToAlarm: window.evaluationPeriods,
-        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
-        alarmDescription:
-          `slotguard job ${this.jobId}: no ClaimAcquired for ${window.period.toMinutes() * window.evaluationPeriods} ` +
-          `minutes (schedule ${schedule.expression} ${schedule.timeZone}); a window did not run.`,
-      },
-      pages ? props.alarmActions : undefined,
-    );
-  }
-
+  /** An alarm, with `actions` when ALARM_PAGING says `key` pages. */
   private alarm(
+    key: AlarmKey,
     id: string,
     alarmProps: cloudwatch.AlarmProps,
     actions: readonly cloudwatch.IAlarmAction[] | undefined,
   ): cloudwatch.Alarm {
     const alarm = new cloudwatch.Alarm(this, id, alarmProps);
-    if (actions?.length) alarm.addAlarmAction(...actions);
+    if (ALARM_PAGING[key].pages && actions?.length) alarm.addAlarmAction(...actions);
     return alarm;
   }
 
   /**
-   * The role Scheduler assumes to invoke the function: only Scheduler, only from this account and
-   * only for this job's schedule group (confused-deputy protection, as the Scheduler guide advises).
+   * The role Scheduler assumes to send to the work queue: only Scheduler, only from this account
+   * and only for this job's schedule group (confused-deputy protection, as the Scheduler guide
+   * advises). SqsSendMessage grants it `sqs:SendMessage` on the work queue and the dead-letter queue.
    */
   private schedulerRole(): iam.Role {
     const stack = Stack.of(this);
-    const role = new iam.Role(this, 'SchedulerRole', {
-      description: `slotguard: EventBridge Scheduler invoking job ${this.jobId}`,
+    return new iam.Role(this, 'SchedulerRole', {
+      description: `slotguard: EventBridge Scheduler sending job ${this.jobId}'s windows`,
       assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com', {
         conditions: {
           StringEquals: { 'aws:SourceAccount': stack.account },
@@ -522,49 +683,6 @@ export class ScheduledJob extends Construct {
           ArnEquals: { 'aws:SourceArn': this.scheduleGroup.scheduleGroupArn },
         },
       }),
-    });
-    // LambdaInvoke grants lambda:InvokeFunction on the function and on `<function>:*` (its versions
-    // and aliases). Acknowledge exactly that finding, for exactly this function.
-    const functionLogicalId = stack.resolve(
-      stack.getLogicalId(this.function.node.defaultChild as lambda.CfnFunction),
-    );
-    Validations.of(role).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::<${functionLogicalId}.Arn>:*]`,
-      reason:
-        "CDK's Lambda invoke grant adds the function's versions and aliases (<function>:*); no other function.",
-    });
-    return role;
-  }
-
-  /**
-   * The EC2 actions Lambda needs to attach a function to a VPC, which it checks when the function is
-   * created (hence the dependency): the EC2 part of AWSLambdaVPCAccessExecutionRole, without that
-   * managed policy's log permissions on every log group. In a policy of its own, so the one
-   * acknowledged wildcard belongs to it alone.
-   */
-  private grantNetworkInterfaces(role: iam.Role): void {
-    const policy = new iam.Policy(this, 'NetworkInterfacePolicy', {
-      roles: [role],
-      statements: [
-        new iam.PolicyStatement({
-          actions: [
-            'ec2:CreateNetworkInterface',
-            'ec2:DescribeNetworkInterfaces',
-            'ec2:DescribeSubnets',
-            'ec2:DeleteNetworkInterface',
-            'ec2:AssignPrivateIpAddresses',
-            'ec2:UnassignPrivateIpAddresses',
-          ],
-          resources: ['*'],
-        }),
-      ],
-    });
-    this.function.node.addDependency(policy);
-    Validations.of(policy).acknowledge({
-      id: 'AwsSolutions-IAM5[Resource::*]',
-      reason:
-        "Lambda's VPC network-interface actions: the Describe actions take no resource, and the interfaces " +
-        'Lambda creates have no ARN until they exist (the same statement as AWSLambdaVPCAccessExecutionRole).',
     });
   }
 
@@ -580,7 +698,7 @@ export class ScheduledJob extends Construct {
     );
   }
 
-  private validateJob(job: Required<JobSpec>): void {
+  private validateJob(job: JobWithDefaults): void {
     if (!JOB_ID_PATTERN.test(job.id)) {
       throw new InfraValidationError(
         this,
@@ -612,7 +730,7 @@ export class ScheduledJob extends Construct {
     this.validatePositiveInteger('job.maxAttempts', job.maxAttempts);
   }
 
-  private validateSchedule(job: Required<JobSpec>): AnalysedSchedule {
+  private validateSchedule(job: JobWithDefaults): AnalysedSchedule {
     const analysis = analyseSchedule(job.schedule, new Date(), {
       gapLimitMs: CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds * 1000,
     });
@@ -630,7 +748,7 @@ export class ScheduledJob extends Construct {
     throw new InfraValidationError(this, prop, `${prop} ${analysis.problem}; ${analysis.fix}`);
   }
 
-  private validateRetry(retry: ScheduleRetryPolicy | undefined, job: Required<JobSpec>) {
+  private validateRetry(retry: ScheduleRetryPolicy | undefined, job: JobWithDefaults) {
     const attempts = retry?.attempts ?? DEFAULT_RETRY_ATTEMPTS;
     if (!Number.isInteger(attempts) || attempts < 0 || attempts > 185) {
       throw new InfraValidationError(
@@ -650,6 +768,112 @@ export class ScheduledJob extends Construct {
       );
     }
     return { attempts, maxEventAge };
+  }
+
+  /**
+   * The schedule Scheduler gets: a cron or at() as written; a rate() as the UTC cron on the same
+   * grid, said at synth, or refused when there is none (see rateAsUtcCron).
+   */
+  private deploySchedule(schedule: AnalysedSchedule): Required<ScheduleSpec> {
+    if (schedule.kind !== 'rate') return { expression: schedule.expression, timeZone: schedule.timeZone };
+    const cron = rateAsUtcCron(schedule.longestGap.ms);
+    if (cron === undefined) {
+      throw new InfraValidationError(
+        this,
+        'job.schedule.expression',
+        `job.schedule.expression ${JSON.stringify(schedule.expression)} cannot be watched: Scheduler counts a rate() ` +
+          'from when its schedule is created, which synth cannot know, so the watchdog could not tell which windows ' +
+          'it fires. A rate that divides an hour or a day is deployed as the UTC cron on the same grid ' +
+          '(rate(15 minutes) as cron(0/15 * * * ? *)); use such a rate, or a cron() expression',
+      );
+    }
+    Annotations.of(this).addInfo(
+      `job '${this.jobId}': ${schedule.expression} is deployed as ${cron} in UTC, the same grid the local runner ` +
+        "and the CLI compute, so the watchdog knows its windows (Scheduler would count a rate() from the schedule's creation)",
+    );
+    return { expression: cron, timeZone: 'UTC' };
+  }
+
+  private validateWatchedSince(since: Date): Date {
+    if (Number.isNaN(since.getTime())) {
+      throw new InfraValidationError(
+        this,
+        'watchedSince',
+        "watchedSince is an invalid Date; give the instant the job was first deployed, e.g. new Date('2026-12-01T00:00:00Z')",
+      );
+    }
+    return since;
+  }
+
+  /**
+   * `job.deadlineMinutes`, or its default from the schedule's shortest gap (see
+   * defaultDeadlineSeconds), checked against the function timeout, the message retention and the
+   * records' retention.
+   */
+  private resolveDeadline(job: JobWithDefaults, retentionDays: number): Duration {
+    if (job.deadlineMinutes === undefined) {
+      const schedule = this.analysedSchedule;
+      const shortestGapMs = schedule.kind === 'at' ? undefined : schedule.shortestGap.ms;
+      return Duration.seconds(defaultDeadlineSeconds(shortestGapMs, job.timeoutSeconds));
+    }
+    const minutes = this.validatePositiveInteger('job.deadlineMinutes', job.deadlineMinutes);
+    const prop = 'job.deadlineMinutes';
+    if (minutes * 60 < job.timeoutSeconds) {
+      throw new InfraValidationError(
+        this,
+        prop,
+        `${prop} is ${minutes}, shorter than the function timeout (job.timeoutSeconds ${job.timeoutSeconds}): a ` +
+          "window's first run could not use all of its time before the window is given up; set " +
+          `${prop} to ${Math.ceil(job.timeoutSeconds / 60)} or more`,
+      );
+    }
+    const maxMinutes = MAX_DEADLINE.toMinutes();
+    if (minutes > maxMinutes) {
+      throw new InfraValidationError(
+        this,
+        prop,
+        `${prop} is ${minutes} (${(minutes / 1440).toFixed(1)} days), over ${maxMinutes} (7 days): SQS keeps a ` +
+          "window's message 14 days from when the schedule sent it, dead-letter queue included, and a window " +
+          `given up at its deadline must leave the on-call a week to act on its dead letter; set ${prop} to ` +
+          `${maxMinutes} or less`,
+      );
+    }
+    const retentionMinutes = retentionDays * 1440;
+    if (minutes > retentionMinutes) {
+      throw new InfraValidationError(
+        this,
+        prop,
+        `${prop} is ${minutes}, longer than retentionDays (${retentionDays}, ${retentionMinutes} minutes) keeps ` +
+          "the window's records: its slot record could expire before the window ends, and a later run would " +
+          `start the window over; set ${prop} to ${retentionMinutes} or less, or raise retentionDays`,
+      );
+    }
+    return Duration.minutes(minutes);
+  }
+
+  private validateGrace(grace: Duration): Duration {
+    const seconds = grace.toSeconds();
+    if (!Number.isInteger(seconds) || seconds < 60 || seconds > 86_400) {
+      throw new InfraValidationError(
+        this,
+        'missedRunGrace',
+        `missedRunGrace is ${describe(seconds)} seconds; set 1 minute to 24 hours: how long after its scheduled ` +
+          'time a window may have no record before the watchdog reports it missing (Scheduler fires within the minute)',
+      );
+    }
+    return grace;
+  }
+
+  private validateMaxConcurrency(maxConcurrency: number): number {
+    if (!Number.isInteger(maxConcurrency) || maxConcurrency < 2 || maxConcurrency > 1000) {
+      throw new InfraValidationError(
+        this,
+        'maxConcurrency',
+        `maxConcurrency is ${describe(maxConcurrency)}; the SQS event source takes a whole number from 2 to 1000 ` +
+          "(AWS's limits); leave it unset for 2",
+      );
+    }
+    return maxConcurrency;
   }
 
   private validateFlexibleWindow(window: Duration | undefined): Duration | undefined {
@@ -727,7 +951,13 @@ export class ScheduledJob extends Construct {
   }
 }
 
-function withDefaults(job: JobSpec): Required<JobSpec> {
+/**
+ * A JobSpec with every default applied but the deadline's, which needs the analysed schedule (and
+ * ScheduledJob.job carries once it is known).
+ */
+type JobWithDefaults = Required<Omit<JobSpec, 'deadlineMinutes'>> & Pick<JobSpec, 'deadlineMinutes'>;
+
+function withDefaults(job: JobSpec): JobWithDefaults {
   return {
     ...job,
     schedule: { ...job.schedule, timeZone: job.schedule.timeZone ?? 'UTC' },

@@ -18,8 +18,10 @@ export interface SlotguardDashboardProps {
 }
 
 /**
- * One CloudWatch dashboard for an app's slotguard jobs: a row per job with its claims, its effects,
- * its function's errors and duration, and the state of its alarms.
+ * One CloudWatch dashboard for an app's slotguard jobs: two rows per job. The first: its claims, its
+ * windows (runs per window, yields, stuck, what the watchdog found) and its effects; the second:
+ * its work queue and dead letters, its function, and the state of its alarms (the ones that page
+ * and the ones that only show here, see infra/paging.ts).
  *
  * @example
  * new SlotguardDashboard(stack, 'Dashboard', { jobs: [weeklyReport, paymentReminder] });
@@ -36,13 +38,16 @@ export class SlotguardDashboard extends Construct {
     for (const job of props.jobs ?? []) this.addJob(job);
   }
 
-  /** Adds a row for `job`. */
+  /** Adds two rows for `job`. */
   addJob(job: ScheduledJob): void {
     const schedule = job.analysedSchedule;
-    const alarms = Object.values(job.alarms).filter((a): a is cloudwatch.Alarm => a !== undefined);
+    const watchdogAlarm = job.watchdog.stoppedAlarmOf(job.jobId);
+    const alarms = [...Object.values(job.alarms), ...(watchdogAlarm ? [watchdogAlarm] : [])];
     this.dashboard.addWidgets(
       new cloudwatch.TextWidget({
-        markdown: `### ${job.jobId}\n${job.job.description}\n\n\`${schedule.expression}\` ${schedule.timeZone}`,
+        markdown:
+          `### ${job.jobId}\n${job.job.description}\n\n\`${schedule.expression}\` ${schedule.timeZone}, ` +
+          `deadline ${job.deadline.toMinutes()} min`,
         width: 4,
         height: 6,
       }),
@@ -54,9 +59,21 @@ export class SlotguardDashboard extends Construct {
           job.metricLeaseTakeovers(),
           job.metric(MetricName.LeaseLost),
           job.metricInvalidEvents(),
-          job.metric(MetricName.RunYielded),
         ],
         width: 6,
+        height: 6,
+      }),
+      new cloudwatch.GraphWidget({
+        title: `${job.jobId}: windows`,
+        left: [
+          job.metric(MetricName.RunYielded),
+          job.metric(MetricName.WindowStuck),
+          job.metric(MetricName.ProviderFailing),
+          job.metric(MetricName.WindowMissing, { statistic: cloudwatch.Stats.MAXIMUM }),
+          job.metric(MetricName.WindowIncomplete, { statistic: cloudwatch.Stats.MAXIMUM }),
+        ],
+        right: [job.metricRunsPerWindow()],
+        width: 7,
         height: 6,
       }),
       new cloudwatch.GraphWidget({
@@ -66,18 +83,36 @@ export class SlotguardDashboard extends Construct {
           job.metric(MetricName.EffectSkipped),
           job.metricEffectsInDoubt(),
           job.metric(MetricName.EffectFailed),
+          job.metric(MetricName.EffectRetried),
         ],
-        width: 6,
+        width: 7,
+        height: 6,
+      }),
+    );
+    this.dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: `${job.jobId}: work queue`,
+        left: [
+          job.workQueue.metricApproximateNumberOfMessagesVisible({ statistic: cloudwatch.Stats.MAXIMUM }),
+          job.workQueue.metricApproximateNumberOfMessagesNotVisible({ statistic: cloudwatch.Stats.MAXIMUM }),
+          job.deadLetterQueue.metricApproximateNumberOfMessagesVisible({
+            statistic: cloudwatch.Stats.MAXIMUM,
+            label: 'dead letters',
+          }),
+        ],
+        right: [job.workQueue.metricApproximateAgeOfOldestMessage({ statistic: cloudwatch.Stats.MAXIMUM })],
+        rightAnnotations: [{ value: job.deadline.toSeconds(), label: 'deadline' }],
+        width: 8,
         height: 6,
       }),
       new cloudwatch.GraphWidget({
         title: `${job.jobId}: function`,
         left: [job.function.metricErrors(), job.function.metricThrottles()],
         right: [job.function.metricDuration({ statistic: cloudwatch.Stats.MAXIMUM })],
-        width: 4,
+        width: 8,
         height: 6,
       }),
-      new cloudwatch.AlarmStatusWidget({ title: `${job.jobId}: alarms`, alarms, width: 4, height: 6 }),
+      new cloudwatch.AlarmStatusWidget({ title: `${job.jobId}: alarms`, alarms, width: 8, height: 6 }),
     );
   }
 }

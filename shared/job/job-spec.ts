@@ -32,10 +32,20 @@ export interface JobSpec {
    */
   readonly maxAttempts?: number;
   /**
+   * How long a window has to finish, in minutes after its scheduled time (after its first claim
+   * when that comes later, so a late fire still gets the whole time). Until then a window that
+   * stops with work left is resumed; past it, the next run finishes it as DONE or PARTIAL, or gives
+   * it up as STUCK, and the watchdog reports it incomplete.
+   * @default the earlier of the gap to the next window (the schedule's shortest gap) and 6 hours
+   *   (`DEFAULT_DEADLINE_CAP_MINUTES`), but never shorter than the function timeout; see
+   *   `defaultDeadlineSeconds`
+   */
+  readonly deadlineMinutes?: number;
+  /**
    * What to do with windows that passed while nothing fired (the local runner down, a schedule
    * paused): run none, the latest, or all of them, within a maximum lateness. Honoured by the local
    * runner when it starts and by the operator CLI's `backfill`. A deployed schedule never fires a
-   * missed window by itself; the MissedRun alarm pages and an operator backfills.
+   * missed window by itself; the watchdog's WindowMissing alarm pages and an operator backfills.
    * @default { mode: 'once', maxLatenessMinutes: 1440 }
    */
   readonly catchUp?: CatchUpPolicy;
@@ -69,6 +79,23 @@ export interface ScheduleSpec {
    * @default 'UTC'
    */
   readonly timeZone?: string;
+}
+
+/**
+ * The longest default deadline: a window of a schedule that fires less often than this still has
+ * to finish within 6 hours unless its JobSpec says otherwise.
+ */
+export const DEFAULT_DEADLINE_CAP_MINUTES = 360;
+
+/**
+ * A job's default deadline in seconds: the schedule's shortest gap between two fires (`undefined`
+ * for a one-time schedule), capped at DEFAULT_DEADLINE_CAP_MINUTES, and raised to the function
+ * timeout rounded up to a whole minute, so a window's first run can always use all of its time.
+ */
+export function defaultDeadlineSeconds(shortestGapMs: number | undefined, timeoutSeconds: number): number {
+  const capSeconds = DEFAULT_DEADLINE_CAP_MINUTES * 60;
+  const gapSeconds = shortestGapMs === undefined ? capSeconds : Math.floor(shortestGapMs / 1000);
+  return Math.max(Math.min(gapSeconds, capSeconds), Math.ceil(timeoutSeconds / 60) * 60);
 }
 
 /** Defaults applied wherever a JobSpec is read, by the runtime, the CDK constructs and the local runner. */

@@ -190,6 +190,8 @@ export interface RunSlotArgs {
   readonly options?: RunOptions;
   /** Milliseconds left in this invocation (Lambda's getRemainingTimeInMillis). @default unbounded */
   readonly remainingTimeMs?: () => number;
+  /** Called once the slot is claimed (the SQS engine's first visibility heartbeat). */
+  readonly onClaimed?: (claim: Claim) => void;
   /** Called after each successful lease renewal (the SQS engine keeps its message invisible with it). */
   readonly onLeaseRenewed?: (leaseEndsAt: number) => void;
 }
@@ -257,6 +259,7 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
     resumeFrom: claim.window.checkpoint,
     ...delivery,
   });
+  args.onClaimed?.(claim);
   // Emitted now, not when the run ends: a long fan-out would otherwise hold it back for up to the
   // Lambda's 15 minutes.
   await metrics.flush();

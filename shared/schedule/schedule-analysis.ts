@@ -12,8 +12,8 @@ import { formatWallClock, instantsAtWallClock, wallClockAt } from './time-zone.j
 
 /**
  * Synth-time checks of an EventBridge Scheduler expression (the ScheduledJob construct's): is it
- * well formed, does it fire at all from now on, and how long can the gap between two fires be (the
- * missed-run alarm's window). Fire times come from JobSchedule, the same computation the local
+ * well formed, does it fire at all from now on, and how far apart and how close can two fires be
+ * (the shortest gap bounds a job's default deadline). Fire times come from JobSchedule, the same computation the local
  * runner and the operator CLI use, so daylight-saving nights count as Scheduler runs them.
  *
  * Left to Scheduler's own validation at deploy time: `rate()` unit plurality (`rate(1 minutes)`).
@@ -31,6 +31,11 @@ export interface RecurringSchedule {
   readonly nextFire: Date;
   /** The longest time between two consecutive fires over the coming year, as far as it was followed. */
   readonly longestGap: LongestGap;
+  /**
+   * The shortest time between two consecutive fires over the coming year: how long a window has
+   * before the next one starts (a job's default deadline).
+   */
+  readonly shortestGap: ShortestGap;
 }
 
 /** An `at()` schedule: it fires once. */
@@ -58,6 +63,18 @@ export interface LongestGap {
   readonly basis: 'exact' | 'at-least';
 }
 
+/** How close two consecutive fires can be. */
+export interface ShortestGap {
+  readonly ms: number;
+  /**
+   * `exact`: every gap over the coming year was measured (or the gap is the rate itself), or one
+   * was a minute, the closest Scheduler fires. `at-most`: the walk stopped once the gap was down to
+   * the floor the caller cares about, or after MAX_FIRES_WALKED fires; the true shortest gap is
+   * this or shorter.
+   */
+  readonly basis: 'exact' | 'at-most';
+}
+
 export type { ScheduleProblem } from './schedule-expression.js';
 export { checkTimeZone, isKnownTimeZone } from './time-zone.js';
 
@@ -71,13 +88,15 @@ export const MAX_FIRES_WALKED = 10_000;
 const HORIZON_MS = 400 * 24 * 3600 * 1000;
 
 /**
- * Analyses `spec` as of `from`. `gapLimitMs` lets the cron walk stop as soon as one gap reaches
- * it (the caller caps there anyway), which keeps sparse crons cheap.
+ * Analyses `spec` as of `from`. `gapLimitMs` and `shortestGapFloorMs` let the cron walk stop as
+ * soon as one gap reaches the limit and another is down to the floor (the caller caps there
+ * anyway), which keeps sparse crons cheap; by default the walk measures the shortest gap down to a
+ * minute.
  */
 export function analyseSchedule(
   spec: ScheduleSpec,
   from: Date,
-  options: { readonly gapLimitMs?: number } = {},
+  options: { readonly gapLimitMs?: number; readonly shortestGapFloorMs?: number } = {},
 ): ScheduleAnalysis {
   const parsed = parseSchedule(spec);
   if (!parsed.ok) return parsed;
@@ -92,6 +111,7 @@ export function analyseSchedule(
           ...base,
           nextFire: new Date(from.getTime() + expression.everyMs),
           longestGap: { ms: expression.everyMs, basis: 'exact' },
+          shortestGap: { ms: expression.everyMs, basis: 'exact' },
         },
       };
     case 'at': {
@@ -119,7 +139,10 @@ export function analyseSchedule(
           kind: 'cron',
           ...base,
           nextFire: first.value,
-          longestGap: longestGap(first.value, fires, options.gapLimitMs ?? Number.POSITIVE_INFINITY),
+          ...measureGaps(first.value, fires, {
+            gapLimitMs: options.gapLimitMs ?? Number.POSITIVE_INFINITY,
+            shortestGapFloorMs: options.shortestGapFloorMs ?? CLOSEST_FIRES_MS,
+          }),
         },
       };
     }
@@ -157,19 +180,45 @@ function neverFires(expression: CronExpression, timeZone: string, from: Date): S
   };
 }
 
-/** Walks the fires of the coming year and returns the longest gap between two consecutive ones. */
-function longestGap(first: Date, fires: Iterator<Date>, gapLimitMs: number): LongestGap {
+/** Cron fires are whole minutes: no two consecutive ones are closer than this. */
+const CLOSEST_FIRES_MS = 60_000;
+
+/**
+ * Walks the fires of the coming year and measures the longest and the shortest gap between two
+ * consecutive ones in one walk. It stops early once neither can matter more to the caller: the
+ * longest has reached `limits.gapLimitMs` and the shortest is down to `limits.shortestGapFloorMs`.
+ */
+function measureGaps(
+  first: Date,
+  fires: Iterator<Date>,
+  limits: { readonly gapLimitMs: number; readonly shortestGapFloorMs: number },
+): { longestGap: LongestGap; shortestGap: ShortestGap } {
   const horizon = first.getTime() + HORIZON_MS;
   let previous = first;
   let longest = 0;
+  let shortest = Number.POSITIVE_INFINITY;
   for (let walked = 0; walked < MAX_FIRES_WALKED; walked++) {
     const next = fires.next();
     // A cron whose year field ends has no gap after its last fire; the alarm then sees silence.
-    if (next.done) return { ms: longest === 0 ? Number.POSITIVE_INFINITY : longest, basis: 'at-least' };
-    longest = Math.max(longest, next.value.getTime() - previous.getTime());
-    if (longest >= gapLimitMs) return { ms: longest, basis: 'at-least' };
-    if (next.value.getTime() > horizon) return { ms: longest, basis: 'exact' };
+    if (next.done) {
+      return {
+        longestGap: { ms: longest === 0 ? Number.POSITIVE_INFINITY : longest, basis: 'at-least' },
+        shortestGap: { ms: shortest, basis: 'exact' },
+      };
+    }
+    const gap = next.value.getTime() - previous.getTime();
+    longest = Math.max(longest, gap);
+    shortest = Math.min(shortest, gap);
+    if (next.value.getTime() > horizon) {
+      return { longestGap: { ms: longest, basis: 'exact' }, shortestGap: { ms: shortest, basis: 'exact' } };
+    }
+    if (longest >= limits.gapLimitMs && shortest <= limits.shortestGapFloorMs) {
+      return {
+        longestGap: { ms: longest, basis: 'at-least' },
+        shortestGap: { ms: shortest, basis: shortest <= CLOSEST_FIRES_MS ? 'exact' : 'at-most' },
+      };
+    }
     previous = next.value;
   }
-  return { ms: longest, basis: 'at-least' };
+  return { longestGap: { ms: longest, basis: 'at-least' }, shortestGap: { ms: shortest, basis: 'at-most' } };
 }

@@ -3,23 +3,33 @@ import type { Slot } from './slot.js';
 
 /**
  * The writes an operator makes and a run never does: releasing a stuck slot, reopening a done one,
- * and resolving an effect left in doubt. Kept apart from the runtime ports so a function's code
- * cannot reach them. Every write is conditioned on the fencing epoch the operator read, so an
- * operator acting on a stale reading changes nothing and is told what is there now.
+ * resolving an effect left in doubt, and re-driving a window whose effects failed. Kept apart from
+ * the runtime ports so a function's code cannot reach them. Every write is conditioned on the
+ * fencing epoch the operator read, so an operator acting on a stale reading changes nothing and is
+ * told what is there now.
+ *
+ * Every write that gives a slot back (RELEASED) also resets its runs without progress to 0 and
+ * drops its retry wait (`resumeAfter`), and takes the request's `deadline` when given: a window
+ * released past its old deadline would otherwise be claimed, found late, and made STUCK again at once.
  */
 export interface OperatorStore {
   /**
-   * Gives a RUNNING or FAILED slot back (RELEASED, failure count reset) so the next delivery claims
-   * it with epoch + 1. Refused while a RUNNING slot's lease is live unless `evenIfLeaseLive`: the
-   * holder is then fenced (its renewals, marks and completion are rejected by epoch).
+   * Gives a RUNNING, FAILED or STUCK slot back (RELEASED, failure count reset) so the next delivery
+   * claims it with epoch + 1 and resumes from its checkpoint. Refused while a RUNNING slot's lease is
+   * live unless `evenIfLeaseLive`: the holder is then fenced (its renewals, marks and completion are
+   * rejected by epoch).
    */
   forceRelease(slot: Slot, request: ReleaseRequest): Promise<OperatorWriteOutcome>;
-  /** Turns a DONE slot back into RELEASED, so the next delivery runs the effects not recorded done. */
+  /**
+   * Turns a DONE or PARTIAL slot back into RELEASED, without its checkpoint (a walk resumed from it
+   * would never meet the effects an operator cleared), so the next delivery walks the job again,
+   * skipping every effect done, and performs the ones not recorded done.
+   */
   reopen(slot: Slot, request: OperatorRequest): Promise<OperatorWriteOutcome>;
   /**
    * Resolves an effect left in doubt: `done` records it performed (later runs skip it), `clear`
-   * deletes its reservation so a later run performs it, and reopens the slot if it was DONE.
-   * Refused while a run holds the slot under a live lease.
+   * deletes its reservation so a later run performs it, and reopens the slot if it was DONE or
+   * PARTIAL. Refused while a run holds the slot under a live lease.
    */
   resolveEffect(
     slot: Slot,
@@ -27,6 +37,16 @@ export interface OperatorStore {
     resolution: EffectResolution,
     request: OperatorRequest,
   ): Promise<ResolveEffectOutcome>;
+  /**
+   * Re-drives a window: deletes its FAILED effect records (every one, or the `keyHashes` named,
+   * each only if it is still the exact refusal read), then gives the slot back as RELEASED with the
+   * request's deadline, its runs without progress 0 and no checkpoint, whatever its state (PARTIAL,
+   * STUCK, DONE, FAILED, RELEASED, or RUNNING under a lease that ended). The next delivery walks the
+   * job again: it skips what is done, leaves what is in doubt in doubt, and performs the cleared
+   * effects, which were refused before they were performed, so each happens at most once. Refused,
+   * before anything is deleted, while a run holds a live lease or when the epoch moved.
+   */
+  redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome>;
 }
 
 /** What the operator saw, and when. */
@@ -35,12 +55,30 @@ export interface OperatorRequest {
   readonly expectedEpoch: number;
   /** The operator's clock reading, compared with the lease end. */
   readonly now: number;
+  /**
+   * For a write that gives the slot back: the window's new deadline (epoch ms), usually now plus
+   * the job's deadline.
+   * @default the deadline the window's first claim stored stays
+   */
+  readonly deadline?: number;
 }
 
 /** A release: what the operator saw, and whether a live lease may be broken. */
 export interface ReleaseRequest extends OperatorRequest {
   /** Release even while the holder's lease is live (`slotguard slots release --force`). */
   readonly evenIfLeaseLive: boolean;
+}
+
+/** A re-drive: what the operator saw, the window's new deadline, and which failed effects to clear. */
+export interface RedriveRequest extends OperatorRequest {
+  /** The window's new deadline (epoch ms): a re-driven window is given the job's deadline again, from now. */
+  readonly deadline: number;
+  /**
+   * The FAILED effects to clear, by hash; a named effect that is not FAILED refuses the whole
+   * re-drive before anything is written.
+   * @default every FAILED effect of the window
+   */
+  readonly keyHashes?: readonly string[];
 }
 
 /** How an in-doubt effect is resolved. */
@@ -75,6 +113,27 @@ export type ResolveEffectOutcome =
   | { readonly kind: 'effect-absent' }
   /** The effect is DONE, or changed between the operator's reading and the write. */
   | { readonly kind: 'effect-not-in-doubt'; readonly current: EffectRecord };
+
+/** What became of a re-drive. Losing to a newer epoch or a live lease is an answer, not an error. */
+export type RedriveOutcome =
+  /** Given back: `record` is the slot as it now is; `cleared` the FAILED effects deleted, as they were. */
+  | { readonly kind: 'redriven'; readonly record: SlotRecord; readonly cleared: readonly EffectRecord[] }
+  | { readonly kind: 'absent' }
+  /**
+   * Not given back: a live lease, or the epoch moved. Refused before any effect was deleted, unless
+   * the epoch moved while they were (`cleared` then lists them: the run that moved it performs them).
+   */
+  | {
+      readonly kind: 'refused';
+      readonly reason: RefusalReason;
+      readonly current: SlotRecord;
+      readonly cleared: readonly EffectRecord[];
+    }
+  /** A named effect is not FAILED (done, in doubt, or unknown): nothing was written. */
+  | {
+      readonly kind: 'effects-not-failed';
+      readonly effects: readonly { readonly keyHash: string; readonly current: EffectRecord | undefined }[];
+    };
 
 /** Why an operator write was refused. */
 export type RefusalReason =

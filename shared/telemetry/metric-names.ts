@@ -9,7 +9,7 @@ export const JOB_ID_DIMENSION = 'JobId';
 
 /** The metrics slotguard emits, in namespace `Slotguard` with the one dimension `JobId`. */
 export const MetricName = {
-  /** A fire won its slot (new, takeover or retry). The missed-run alarm watches for its absence. */
+  /** A run won its slot (new, takeover, retry or continuation): the dashboard counts runs with it. */
   ClaimAcquired: 'ClaimAcquired',
   /** A fire found its slot already held or done: the incident's signal (3 replicas = 2 of these). */
   DuplicateClaim: 'DuplicateClaim',

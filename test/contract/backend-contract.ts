@@ -44,7 +44,8 @@ async function claimOrFail(store: ClaimStore, slot: Slot, owner: string, now: nu
   return outcome.claim;
 }
 
-const runSummary = (epoch: number, done: number): RunSummary => ({
+/** A run's counts: `done` effects performed, nothing else. */
+export const runSummary = (epoch: number, done: number): RunSummary => ({
   done,
   skipped: 0,
   inDoubt: 0,

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { OperatorStore } from '../../shared/slot/operator-ports.js';
 import type { Claim, ClaimStore, EffectLedger, LeaseRequest } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
+import { runSummary } from './backend-contract.js';
 
 /** What a backend under the operator contract provides: the runtime ports and the operator port. */
 export interface OperatorContractBackend {
@@ -38,14 +39,17 @@ async function claim(store: ClaimStore, slot: Slot, owner: string, now: number):
   return outcome.claim;
 }
 
-const summary = (runs: number, inDoubt = 0) => ({
+const summary = (runs: number, inDoubt = 0, failed = 0) => ({
   done: 1,
   inDoubt,
-  failed: 0,
+  failed,
   inDoubtKeys: [],
   failedKeys: [],
   runs,
 });
+
+/** The deadline an operator's write gives a window: the job's 6 hours again, from the write. */
+const FRESH_DEADLINE = T0 + 30 * 3_600_000;
 
 /**
  * The operator port's contract, run against every backend that implements it: each write fenced on
@@ -140,6 +144,33 @@ export function describeOperatorContract(
       });
     });
 
+    it('releases a STUCK slot with a fresh deadline and no runs without progress, so its next run resumes instead of going STUCK again', async () => {
+      const { claims, operator } = await makeBackend();
+      const slot = freshSlot();
+      const stuck = await claim(claims, slot, 'a', T0);
+      const checkpoint = { positions: { customers: '6200' }, walked: false };
+      await claims.release(
+        stuck,
+        { kind: 'stuck', reason: 'no progress in 3 consecutive runs', checkpoint, runsWithoutProgress: 3 },
+        T0 + 1,
+      );
+      const outcome = await operator.forceRelease(slot, {
+        expectedEpoch: 1,
+        now: T0 + 2,
+        evenIfLeaseLive: false,
+        deadline: FRESH_DEADLINE,
+      });
+      expect(outcome).toMatchObject({
+        kind: 'ok',
+        record: { state: 'RELEASED', epoch: 1, runsWithoutProgress: 0, deadline: FRESH_DEADLINE },
+      });
+      const next = await claim(claims, slot, 'b', T0 + 3);
+      expect(next).toMatchObject({
+        epoch: 2,
+        window: { deadline: FRESH_DEADLINE, checkpoint, runsWithoutProgress: 0 },
+      });
+    });
+
     it('refuses to release a DONE slot (reopen it instead) and one that never ran', async () => {
       const { claims, operator } = await makeBackend();
       const slot = freshSlot();
@@ -169,6 +200,24 @@ export function describeOperatorContract(
       });
     });
 
+    it('reopens a PARTIAL slot with a fresh deadline and without its checkpoint, so the next run walks the job again', async () => {
+      const { claims, operator } = await makeBackend();
+      const slot = freshSlot();
+      const first = await claim(claims, slot, 'a', T0);
+      await claims.checkpoint(first, { positions: { customers: '12400' }, walked: true }, runSummary(1, 1));
+      await claims.complete(first, summary(1, 0, 2), T0 + 1);
+      expect(await claims.read(slot)).toMatchObject({ state: 'PARTIAL' });
+      const outcome = await operator.reopen(slot, {
+        expectedEpoch: 1,
+        now: T0 + 2,
+        deadline: FRESH_DEADLINE,
+      });
+      expect(outcome).toMatchObject({ kind: 'ok', record: { state: 'RELEASED', deadline: FRESH_DEADLINE } });
+      expect(outcome.kind === 'ok' && outcome.record.checkpoint).toBeUndefined();
+      const second = await claim(claims, slot, 'b', T0 + 3);
+      expect(second.window).toEqual({ deadline: FRESH_DEADLINE, runsWithoutProgress: 0 });
+    });
+
     it('refuses to reopen a slot that is running or was reopened and claimed since', async () => {
       const { claims, operator } = await makeBackend();
       const slot = freshSlot();
@@ -186,7 +235,7 @@ export function describeOperatorContract(
 
   describe(`${name}: resolving an effect in doubt`, () => {
     /** A DONE slot at epoch 2 whose effect `key` was reserved at epoch 1 by a holder that crashed. */
-    async function doneWithOneInDoubt(backend: OperatorContractBackend, key: string) {
+    async function doneWithOneInDoubt(backend: OperatorContractBackend, key: string, failed = 0) {
       const slot = freshSlot();
       const crashed = await claim(backend.claims, slot, 'crashed', T0);
       await backend.ledger.reserve(crashed, key, { rerunInDoubt: false, now: T0 });
@@ -195,7 +244,7 @@ export function describeOperatorContract(
         kind: 'in-doubt',
         epoch: 1,
       });
-      await backend.claims.complete(takeover, summary(2, 1), T0 + LEASE + 2);
+      await backend.claims.complete(takeover, summary(2, 1, failed), T0 + LEASE + 2);
       return { slot, now: T0 + LEASE + 3 };
     }
 
@@ -226,6 +275,19 @@ export function describeOperatorContract(
         rerun: false,
         attempt: 1,
       });
+    });
+
+    it('reopens a PARTIAL slot too when an effect in doubt is cleared, so the next delivery performs it', async () => {
+      const backend = await makeBackend();
+      const { slot, now } = await doneWithOneInDoubt(backend, 'cd01', 1);
+      expect(await backend.claims.read(slot)).toMatchObject({ state: 'PARTIAL' });
+      const outcome = await backend.operator.resolveEffect(slot, 'cd01', 'clear', {
+        expectedEpoch: 2,
+        now,
+        deadline: FRESH_DEADLINE,
+      });
+      expect(outcome).toMatchObject({ kind: 'resolved', slotReopened: true });
+      expect(await backend.claims.read(slot)).toMatchObject({ state: 'RELEASED', deadline: FRESH_DEADLINE });
     });
 
     it('changes nothing when the slot moved to another epoch since the operator read it', async () => {
@@ -268,6 +330,141 @@ export function describeOperatorContract(
         kind: 'absent',
       });
       expect(await backend.ledger.read(slot, 'ff01')).toMatchObject({ state: 'DONE' });
+    });
+  });
+
+  describe(`${name}: re-driving a window`, () => {
+    /**
+     * A PARTIAL window at epoch 1: `done` performed, `refused` refused for good, `waiting` refused and
+     * still waiting for a retry when the deadline came (counted failed), `doubt` reserved and never marked.
+     */
+    async function partialWindow(backend: OperatorContractBackend) {
+      const slot = freshSlot();
+      const run = await claim(backend.claims, slot, 'a', T0);
+      const reserve = (key: string) => backend.ledger.reserve(run, key, { rerunInDoubt: false, now: T0 });
+      for (const key of ['aa01', 'bb01', 'cc01', 'dd01']) await reserve(key);
+      await backend.ledger.markDone(run, ['aa01']);
+      await backend.ledger.recordFailure(run, 'bb01', { attempts: 5, reason: 'rejected' });
+      await backend.ledger.recordFailure(run, 'cc01', {
+        attempts: 2,
+        retryAt: T0 + 60_000,
+        reason: 'throttled',
+      });
+      await backend.claims.checkpoint(run, { positions: { customers: '4' }, walked: true }, runSummary(1, 1));
+      await backend.claims.complete(run, summary(1, 1, 2), T0 + 1);
+      return slot;
+    }
+
+    it('clears the FAILED effects, reopens the window with a fresh deadline, and the next run performs them once and skips the rest', async () => {
+      const backend = await makeBackend();
+      const slot = await partialWindow(backend);
+      const outcome = await backend.operator.redrive(slot, {
+        expectedEpoch: 1,
+        now: T0 + 2,
+        deadline: FRESH_DEADLINE,
+      });
+      expect(outcome.kind).toBe('redriven');
+      if (outcome.kind !== 'redriven') return;
+      expect(outcome.cleared.map((e) => [e.keyHash, e.state, e.attempts, e.reason]).sort()).toEqual([
+        ['bb01', 'FAILED', 5, 'rejected'],
+        ['cc01', 'FAILED', 2, 'throttled'],
+      ]);
+      expect(outcome.record).toMatchObject({
+        state: 'RELEASED',
+        epoch: 1,
+        deadline: FRESH_DEADLINE,
+        runsWithoutProgress: 0,
+      });
+      expect(outcome.record.checkpoint).toBeUndefined();
+      expect(outcome.record.completedAt).toBeUndefined();
+      expect(await backend.ledger.read(slot, 'bb01')).toBeUndefined();
+      expect(await backend.ledger.read(slot, 'cc01')).toBeUndefined();
+
+      const rerun = await claim(backend.claims, slot, 'b', T0 + 3);
+      expect(rerun).toMatchObject({ epoch: 2, window: { deadline: FRESH_DEADLINE, runsWithoutProgress: 0 } });
+      expect(rerun.window.checkpoint).toBeUndefined();
+      const reserve = (key: string) =>
+        backend.ledger.reserve(rerun, key, { rerunInDoubt: false, now: T0 + 3 });
+      expect(await reserve('aa01')).toEqual({ kind: 'done' });
+      expect(await reserve('bb01')).toEqual({ kind: 'reserved', rerun: false, attempt: 1 });
+      expect(await reserve('cc01')).toEqual({ kind: 'reserved', rerun: false, attempt: 1 });
+      // In doubt stays in doubt: a re-drive never sends what may have gone.
+      expect(await reserve('dd01')).toEqual({ kind: 'in-doubt', epoch: 1 });
+    });
+
+    it('clears only the effects named, and writes nothing when one named is not FAILED', async () => {
+      const backend = await makeBackend();
+      const slot = await partialWindow(backend);
+      const request = { expectedEpoch: 1, now: T0 + 2, deadline: FRESH_DEADLINE };
+      const refused = await backend.operator.redrive(slot, {
+        ...request,
+        keyHashes: ['bb01', 'aa01', 'ee01'],
+      });
+      expect(refused).toMatchObject({
+        kind: 'effects-not-failed',
+        effects: [
+          { keyHash: 'aa01', current: { state: 'DONE' } },
+          { keyHash: 'ee01', current: undefined },
+        ],
+      });
+      expect(await backend.ledger.read(slot, 'bb01')).toMatchObject({ state: 'FAILED' });
+      expect(await backend.claims.read(slot)).toMatchObject({ state: 'PARTIAL', epoch: 1 });
+
+      const one = await backend.operator.redrive(slot, { ...request, keyHashes: ['bb01'] });
+      expect(one).toMatchObject({
+        kind: 'redriven',
+        cleared: [{ keyHash: 'bb01' }],
+        record: { state: 'RELEASED' },
+      });
+      expect(await backend.ledger.read(slot, 'bb01')).toBeUndefined();
+      expect(await backend.ledger.read(slot, 'cc01')).toMatchObject({ state: 'FAILED', attempts: 2 });
+    });
+
+    it('re-drives a STUCK window, and one re-driven already whose delivery never came', async () => {
+      const backend = await makeBackend();
+      const slot = freshSlot();
+      const run = await claim(backend.claims, slot, 'a', T0);
+      await backend.claims.release(
+        run,
+        { kind: 'stuck', reason: "the window's deadline passed with work left", runsWithoutProgress: 1 },
+        T0 + 1,
+      );
+      const request = { expectedEpoch: 1, now: T0 + 2, deadline: FRESH_DEADLINE };
+      expect(await backend.operator.redrive(slot, request)).toMatchObject({
+        kind: 'redriven',
+        cleared: [],
+        record: { state: 'RELEASED', deadline: FRESH_DEADLINE, runsWithoutProgress: 0 },
+      });
+      expect(await backend.operator.redrive(slot, { ...request, now: T0 + 3 })).toMatchObject({
+        kind: 'redriven',
+        record: { state: 'RELEASED', epoch: 1 },
+      });
+    });
+
+    it('refuses while a run holds a live lease, and when the epoch moved, deleting nothing', async () => {
+      const backend = await makeBackend();
+      const slot = freshSlot();
+      const live = await claim(backend.claims, slot, 'live', T0);
+      await backend.ledger.reserve(live, 'ff01', { rerunInDoubt: false, now: T0 });
+      await backend.ledger.recordFailure(live, 'ff01', {
+        attempts: 1,
+        retryAt: T0 + 60_000,
+        reason: 'throttled',
+      });
+      const request = { expectedEpoch: 1, now: T0 + 1_000, deadline: FRESH_DEADLINE };
+      expect(await backend.operator.redrive(slot, request)).toMatchObject({
+        kind: 'refused',
+        reason: 'lease-live',
+        cleared: [],
+        current: { state: 'RUNNING' },
+      });
+      expect(await backend.operator.redrive(slot, { ...request, expectedEpoch: 2 })).toMatchObject({
+        kind: 'refused',
+        reason: 'epoch-moved',
+        cleared: [],
+      });
+      expect(await backend.ledger.read(slot, 'ff01')).toMatchObject({ state: 'FAILED' });
+      expect(await backend.operator.redrive(freshSlot(), request)).toEqual({ kind: 'absent' });
     });
   });
 }

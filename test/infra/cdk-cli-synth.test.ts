@@ -25,6 +25,7 @@ describe('cdk synth through the CLI', () => {
     const schedules = Object.values(template.Resources).filter(
       (r) => (r as { Type: string }).Type === 'AWS::Scheduler::Schedule',
     );
-    expect(schedules).toHaveLength(2);
+    // Each job's own schedule and its watchdog schedule.
+    expect(schedules).toHaveLength(4);
   }, 150_000);
 });

@@ -9,11 +9,16 @@ import type { CloudAssembly } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { buildApp, type SlotguardApp } from '../../infra/app.js';
+import { AppContext, buildApp, type SlotguardApp } from '../../infra/app.js';
 import { CLAIMS_TABLE_ACTIONS } from '../../infra/claims-table.js';
+import { DASHBOARD_ONLY } from '../../infra/paging.js';
 import { RuntimeEnv } from '../../shared/job/runtime-env.js';
 import { emfMetrics } from '../../shared/telemetry/metrics.js';
+import { resolvedEnvironment } from '../helpers/deployed-environment.js';
 import { REPOSITORY_ROOT } from './fixtures.js';
+
+/** The pager the example app's paging alarms notify here (AppContext.alarmTopicArn). */
+const PAGER = 'arn:aws:sns:eu-west-1:123456789012:pager';
 
 /** Template JSON as aws-cdk-lib/assertions types it. */
 type Json = ReturnType<Template['toJSON']>;
@@ -36,7 +41,12 @@ beforeAll(() => {
   // If bundling ever fell back to Docker, it would run this command and fail.
   process.env.CDK_DOCKER = join(tmpdir(), 'slotguard-docker-must-not-run');
   const started = performance.now();
-  built = buildApp(new App({ outdir: mkdtempSync(join(tmpdir(), 'slotguard-cdk-')) }));
+  built = buildApp(
+    new App({
+      outdir: mkdtempSync(join(tmpdir(), 'slotguard-cdk-')),
+      context: { [AppContext.alarmTopicArn]: PAGER, [AppContext.watchedSince]: '2026-12-01T00:00:00Z' },
+    }),
+  );
   assembly = built.app.synth();
   synthMs = performance.now() - started;
   template = Template.fromJSON(assembly.getStackArtifact(built.stack.artifactId).template);
@@ -54,42 +64,57 @@ function jobResource(type: string, jobId: string, logicalIdPart = ''): Resource 
   return found[0]![1];
 }
 
+/** Every job's function and the watchdog's: the functions ScheduledJob bundles. */
+function slotguardFunctions(): Resource[] {
+  return [...built.jobs.map((job) => job.function), built.jobs[0]!.watchdog.function].map(
+    (fn) => template.toJSON().Resources[logicalIdOf(fn)] as Resource,
+  );
+}
+
+/** The bundled module of a function in the assembly. */
+function bundleOf(fn: Resource): string {
+  const bundle = join(
+    assembly.directory,
+    `asset.${String(fn.Properties.Code.S3Key).replace(/\.zip$/, '')}`,
+    'index.mjs',
+  );
+  expect(existsSync(bundle), bundle).toBe(true);
+  return bundle;
+}
+
 function logicalIdOf(construct: IConstruct): string {
   return built.stack.resolve(built.stack.getLogicalId(construct.node.defaultChild as CfnElement)) as string;
 }
 
 describe('the example app, synthesised', () => {
-  it('synthesises in-process within the time budget (two handlers bundled)', () => {
+  it('synthesises in-process within the time budget (two handlers and the watchdog bundled)', () => {
     expect(built.jobs.map((job) => job.jobId)).toEqual(['weekly-report', 'payment-reminder']);
     console.info(`example app: synth with bundling and cdk-nag took ${Math.round(synthMs)} ms`);
     expect(synthMs).toBeLessThan(30_000);
   });
 
   it('bundles each handler into one minified ESM file with the local esbuild, never in Docker', () => {
-    for (const job of built.jobs) {
-      const fn = jobResource('AWS::Lambda::Function', job.jobId, 'Function');
-      const assetHash = String(fn.Properties.Code.S3Key).replace(/\.zip$/, '');
-      const bundle = join(assembly.directory, `asset.${assetHash}`, 'index.mjs');
-      expect(existsSync(bundle), bundle).toBe(true);
-      const code = readFileSync(bundle, 'utf8');
+    for (const fn of slotguardFunctions()) {
+      const code = readFileSync(bundleOf(fn), 'utf8');
       expect(code.startsWith("import { createRequire } from 'node:module';")).toBe(true);
+      expect(fn.Properties.Handler).toBe('index.handler');
+    }
+    for (const job of built.jobs) {
+      const code = readFileSync(
+        bundleOf(jobResource('AWS::Lambda::Function', job.jobId, 'Function')),
+        'utf8',
+      );
       // Minified: the code (before esbuild's trailing licence comments) is a few very long lines.
       const codeOnly = code.split('/*! Bundled license information')[0]!;
       expect(codeOnly.length / codeOnly.split('\n').length).toBeGreaterThan(1_000);
       // AWS SDK v3 stays external: the runtime provides it.
       expect(code).toMatch(/from\s*"@aws-sdk\/client-dynamodb"/);
-      expect(fn.Properties.Handler).toBe('index.handler');
     }
   });
 
   it('produces bundles that load as ES modules and export the handler (CommonJS dependencies find require)', () => {
-    for (const job of built.jobs) {
-      const fn = jobResource('AWS::Lambda::Function', job.jobId, 'Function');
-      const bundle = join(
-        assembly.directory,
-        `asset.${String(fn.Properties.Code.S3Key).replace(/\.zip$/, '')}`,
-        'index.mjs',
-      );
+    for (const fn of slotguardFunctions()) {
+      const bundle = bundleOf(fn);
       // Lambda's runtime provides @aws-sdk/*; here the repository's node_modules stands in for it.
       const dir = mkdtempSync(join(tmpdir(), 'slotguard-bundle-'));
       symlinkSync(join(REPOSITORY_ROOT, 'node_modules'), join(dir, 'node_modules'));
@@ -97,9 +122,7 @@ describe('the example app, synthesised', () => {
       const variables = fn.Properties.Environment.Variables as Record<string, unknown>;
       const env = {
         PATH: process.env.PATH,
-        ...Object.fromEntries(
-          Object.entries(variables).map(([k, v]) => [k, typeof v === 'string' ? v : `resolved-${k}`]),
-        ),
+        ...resolvedEnvironment(variables),
         AWS_REGION: 'eu-west-1',
       };
       const loaded = spawnSync(
@@ -126,23 +149,30 @@ describe('the example app, synthesised', () => {
     }
   });
 
-  it('fires the weekly report at Monday 09:00 Moscow time and the reminder every 15 minutes, flexible window OFF', () => {
-    expect(jobResource('AWS::Scheduler::Schedule', 'weekly-report').Properties).toMatchObject({
+  it('fires the weekly report at Monday 09:00 Moscow time and the reminder every 15 minutes on the quarter hours, flexible window OFF', () => {
+    expect(jobResource('AWS::Scheduler::Schedule', 'weekly-report', 'Schedule').Properties).toMatchObject({
       ScheduleExpression: 'cron(0 9 ? * MON *)',
       ScheduleExpressionTimezone: 'Europe/Moscow',
       FlexibleTimeWindow: { Mode: 'OFF' },
       State: 'ENABLED',
     });
-    expect(jobResource('AWS::Scheduler::Schedule', 'payment-reminder').Properties).toMatchObject({
-      ScheduleExpression: 'rate(15 minutes)',
+    // rate(15 minutes), on the grid the local runner and the watchdog compute, not from the schedule's creation.
+    expect(jobResource('AWS::Scheduler::Schedule', 'payment-reminder', 'Schedule').Properties).toMatchObject({
+      ScheduleExpression: 'cron(0/15 * * * ? *)',
       ScheduleExpressionTimezone: 'UTC',
       FlexibleTimeWindow: { Mode: 'OFF' },
     });
+    Annotations.fromStack(built.stack).hasInfo(
+      '/Slotguard/payment-reminder',
+      Match.stringLikeRegexp('rate\\(15 minutes\\) is deployed as cron\\(0/15 \\* \\* \\* \\? \\*\\) in UTC'),
+    );
   });
 
   it("puts the job id and Scheduler's context attributes in every fire's input", () => {
     for (const job of built.jobs) {
-      const input = JSON.parse(jobResource('AWS::Scheduler::Schedule', job.jobId).Properties.Target.Input);
+      const input = JSON.parse(
+        jobResource('AWS::Scheduler::Schedule', job.jobId, 'Schedule').Properties.Target.Input,
+      );
       expect(input).toEqual({
         jobId: job.jobId,
         scheduledTime: '<aws.scheduler.scheduled-time>',
@@ -152,20 +182,38 @@ describe('the example app, synthesised', () => {
     }
   });
 
-  it('retries through Scheduler and Lambda, then dead-letters to the job’s encrypted, TLS-only queue', () => {
+  it("sends each window to the job's encrypted, TLS-only work queue, with Scheduler's retries and the dead-letter queue", () => {
     for (const job of built.jobs) {
       const queueId = logicalIdOf(job.deadLetterQueue);
-      const target = jobResource('AWS::Scheduler::Schedule', job.jobId).Properties.Target;
+      const target = jobResource('AWS::Scheduler::Schedule', job.jobId, 'Schedule').Properties.Target;
+      expect(target.Arn).toEqual({ 'Fn::GetAtt': [logicalIdOf(job.workQueue), 'Arn'] });
       expect(target.RetryPolicy).toEqual({ MaximumRetryAttempts: 20, MaximumEventAgeInSeconds: 3_600 });
       expect(target.DeadLetterConfig).toEqual({ Arn: { 'Fn::GetAtt': [queueId, 'Arn'] } });
+      // Direct asynchronous invokes (backfill) still retry through Lambda and dead-letter to the same queue.
       const fn = jobResource('AWS::Lambda::Function', job.jobId, 'Function');
       expect(fn.Properties.DeadLetterConfig).toEqual({ TargetArn: { 'Fn::GetAtt': [queueId, 'Arn'] } });
       expect(jobResource('AWS::Lambda::EventInvokeConfig', job.jobId).Properties).toMatchObject({
         MaximumRetryAttempts: 2,
         MaximumEventAgeInSeconds: 3_600,
       });
-      expect(template.toJSON().Resources[queueId].Properties).toMatchObject({ SqsManagedSseEnabled: true });
+      for (const queue of [job.workQueue, job.deadLetterQueue]) {
+        expect(template.toJSON().Resources[logicalIdOf(queue)].Properties).toMatchObject({
+          SqsManagedSseEnabled: true,
+          MessageRetentionPeriod: 14 * 86_400,
+        });
+      }
     }
+    // weekly-report: 6 h deadline / 900 s timeout = 24 runs; payment-reminder: 15 min / 300 s = 3 runs.
+    const redrive = (jobId: string) =>
+      jobResource('AWS::SQS::Queue', jobId, 'WorkQueue').Properties as Record<string, unknown>;
+    expect(redrive('weekly-report')).toMatchObject({
+      VisibilityTimeout: 5_400,
+      RedrivePolicy: { maxReceiveCount: 98 },
+    });
+    expect(redrive('payment-reminder')).toMatchObject({
+      VisibilityTimeout: 1_800,
+      RedrivePolicy: { maxReceiveCount: 56 },
+    });
     template.resourcePropertiesCountIs(
       'AWS::SQS::QueuePolicy',
       {
@@ -175,8 +223,45 @@ describe('the example app, synthesised', () => {
           ]),
         },
       },
-      2,
+      4,
     );
+  });
+
+  it('runs each job one window per invocation from its work queue, two at a time, and terminates recursive loops', () => {
+    for (const job of built.jobs) {
+      expect(jobResource('AWS::Lambda::EventSourceMapping', job.jobId).Properties).toEqual({
+        FunctionName: { Ref: logicalIdOf(job.function) },
+        EventSourceArn: { 'Fn::GetAtt': [logicalIdOf(job.workQueue), 'Arn'] },
+        BatchSize: 1,
+        FunctionResponseTypes: ['ReportBatchItemFailures'],
+        ScalingConfig: { MaximumConcurrency: 2 },
+      });
+      expect(jobResource('AWS::Lambda::Function', job.jobId, 'Function').Properties.RecursiveLoop).toBe(
+        'Terminate',
+      );
+    }
+  });
+
+  it('watches every job every 15 minutes with one watchdog function, telling it the schedule, deadline and grace', () => {
+    const watchdog = built.jobs[0]!.watchdog;
+    for (const job of built.jobs) {
+      const schedule = jobResource('AWS::Scheduler::Schedule', job.jobId, 'WatchdogSchedule').Properties;
+      expect(schedule).toMatchObject({
+        ScheduleExpression: 'rate(15 minutes)',
+        GroupName: built.stack.resolve(watchdog.scheduleGroup.scheduleGroupName),
+        Target: { Arn: { 'Fn::GetAtt': [logicalIdOf(watchdog.function), 'Arn'] } },
+      });
+      expect(JSON.parse(schedule.Target.Input)).toEqual({
+        kind: 'watchdog',
+        jobId: job.jobId,
+        schedule: job.deployedSchedule,
+        deadlineSeconds: job.deadline.toSeconds(),
+        graceSeconds: 900,
+        lookbackHours: 48,
+        notBefore: '2026-12-01T00:00:00.000Z',
+      });
+    }
+    expect(resources('AWS::Lambda::Function')).toHaveLength(built.jobs.length + 1);
   });
 
   it('sets every variable the runtime reads', () => {
@@ -194,6 +279,9 @@ describe('the example app, synthesised', () => {
         [RuntimeEnv.retentionDays]: '35',
         [RuntimeEnv.sesFromAddress]: 'reports@example.com',
         [RuntimeEnv.tableName]: { Ref: logicalIdOf(built.claims.table) },
+        [RuntimeEnv.workQueueUrl]: { Ref: logicalIdOf(job.workQueue) },
+        // weekly: capped at 6 hours; every 15 minutes: the gap to the next window.
+        [RuntimeEnv.deadlineSeconds]: job.jobId === 'weekly-report' ? '21600' : '900',
       });
       // The secret's value never reaches the template; the function reads it by ARN.
       expect(variables).not.toHaveProperty(RuntimeEnv.effectKeySecret);
@@ -222,6 +310,40 @@ describe('the example app: IAM', () => {
       ]);
       expect(JSON.stringify(dynamo)).not.toContain('Scan');
     }
+  });
+
+  it("lets each function use its own work queue and no other job's", () => {
+    for (const job of built.jobs) {
+      const queues = statementsOf(job.jobId)
+        .filter((s) => [s.Action].flat().some((a: string) => a.startsWith('sqs:')))
+        .map((s) => JSON.stringify(s.Resource));
+      const own = [job.workQueue, job.deadLetterQueue].map((q) =>
+        JSON.stringify({ 'Fn::GetAtt': [logicalIdOf(q), 'Arn'] }),
+      );
+      expect(queues.length).toBe(3);
+      for (const queue of queues) expect(own).toContain(queue);
+    }
+  });
+
+  it("lets the watchdog GetItem the app's jobs' slot records and nothing else", () => {
+    const watchdog = built.jobs[0]!.watchdog;
+    const policy =
+      template.toJSON().Resources[logicalIdOf(watchdog.function.role!.node.findChild('DefaultPolicy'))];
+    expect(policy.Properties.PolicyDocument.Statement).toEqual([
+      {
+        Effect: 'Allow',
+        Action: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+        Resource: { 'Fn::GetAtt': [logicalIdOf(watchdog.node.findChild('Logs')), 'Arn'] },
+      },
+      {
+        Effect: 'Allow',
+        Action: 'dynamodb:GetItem',
+        Resource: { 'Fn::GetAtt': [logicalIdOf(built.claims.table), 'Arn'] },
+        Condition: {
+          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['weekly-report#*', 'payment-reminder#*'] },
+        },
+      },
+    ]);
   });
 
   it('has no wildcard action anywhere in the stack', () => {
@@ -257,7 +379,7 @@ describe('the example app: IAM', () => {
     }
   });
 
-  it("lets only Scheduler, from this account and the job's own schedule group, invoke the job's function", () => {
+  it("lets only Scheduler, from this account and the job's own schedule group, send the job's windows", () => {
     for (const job of built.jobs) {
       const trust = jobResource('AWS::IAM::Role', job.jobId, 'SchedulerRole').Properties
         .AssumeRolePolicyDocument;
@@ -307,7 +429,7 @@ describe('the example app: alarms', () => {
   }
 
   it.each(['weekly-report', 'payment-reminder'])(
-    '%s: pages on any duplicate claim or effect in doubt',
+    '%s: pages on a stuck window, a failed recipient, an effect in doubt and a failing provider, from its first occurrence',
     (jobId) => {
       const expected = (metricName: string) => ({
         Namespace: 'Slotguard',
@@ -319,63 +441,87 @@ describe('the example app: alarms', () => {
         ComparisonOperator: 'GreaterThanOrEqualToThreshold',
         EvaluationPeriods: 1,
         TreatMissingData: 'notBreaching',
+        AlarmActions: [PAGER],
       });
-      expect(alarm(jobId, 'DuplicateClaimsAlarm')).toMatchObject(expected('DuplicateClaim'));
+      expect(alarm(jobId, 'WindowStuckAlarm')).toMatchObject(expected('WindowStuck'));
+      expect(alarm(jobId, 'EffectsFailedAlarm')).toMatchObject(expected('EffectFailed'));
       expect(alarm(jobId, 'EffectsInDoubtAlarm')).toMatchObject(expected('EffectInDoubt'));
+      expect(alarm(jobId, 'ProviderFailingAlarm')).toMatchObject(expected('ProviderFailing'));
     },
   );
 
-  it('payment-reminder: alarms when no claim arrives within 15 minutes plus grace, treating silence as breaching', () => {
-    // rate(15 minutes) + 15 minutes' grace = 30 min: six 5-minute buckets, plus one of slack.
-    expect(alarm('payment-reminder', 'MissedRunAlarm')).toMatchObject({
-      Namespace: 'Slotguard',
-      MetricName: 'ClaimAcquired',
-      Dimensions: [{ Name: 'JobId', Value: 'payment-reminder' }],
-      Statistic: 'Sum',
-      Period: 300,
-      EvaluationPeriods: 7,
-      DatapointsToAlarm: 7,
+  it.each(['weekly-report', 'payment-reminder'])(
+    "%s: pages on the watchdog's missing and incomplete windows, weekly or not, and has no missed-run alarm",
+    (jobId) => {
+      for (const [name, metricName] of [
+        ['WindowMissingAlarm', 'WindowMissing'],
+        ['WindowIncompleteAlarm', 'WindowIncomplete'],
+      ]) {
+        expect(alarm(jobId, name!)).toMatchObject({
+          Namespace: 'Slotguard',
+          MetricName: metricName,
+          Dimensions: [{ Name: 'JobId', Value: jobId }],
+          Statistic: 'Maximum',
+          Period: 900,
+          Threshold: 1,
+          ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+          EvaluationPeriods: 1,
+          TreatMissingData: 'notBreaching',
+          AlarmActions: [PAGER],
+        });
+      }
+      const names = resources('AWS::CloudWatch::Alarm')
+        .map(([id]) => id)
+        .filter((id) => id.startsWith(jobId.replaceAll('-', '')));
+      expect(names.some((id) => /MissedRun|DuplicateClaims/.test(id))).toBe(false);
+      expect(
+        Annotations.fromStack(built.stack).findWarning('*', Match.stringLikeRegexp('missed-run')),
+      ).toEqual([]);
+    },
+  );
+
+  it("pages when the watchdog stops: the least-watched job's WatchdogRun under 1 for two runs, silence breaching", () => {
+    const watchdog = built.jobs[0]!.watchdog;
+    expect(built.jobs.every((job) => job.watchdog === watchdog)).toBe(true);
+    const alarms = resources('AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith('ClaimsTableWatchdog'));
+    expect(alarms).toHaveLength(1);
+    const properties = alarms[0]![1].Properties;
+    expect(properties).toMatchObject({
       Threshold: 1,
       ComparisonOperator: 'LessThanThreshold',
+      EvaluationPeriods: 2,
+      DatapointsToAlarm: 2,
       TreatMissingData: 'breaching',
+      AlarmActions: [PAGER],
     });
-  });
-
-  it("weekly-report: looks back CloudWatch's maximum of 7 days in hourly buckets, and warns at synth that it is capped", () => {
-    expect(alarm('weekly-report', 'MissedRunAlarm')).toMatchObject({
-      MetricName: 'ClaimAcquired',
-      Period: 3_600,
-      EvaluationPeriods: 168,
-      DatapointsToAlarm: 168,
-      ComparisonOperator: 'LessThanThreshold',
-      TreatMissingData: 'breaching',
+    expect(properties.Metrics.at(-1)).toEqual({
+      Id: 'leastWatched',
+      Expression: 'MIN(FILL(METRICS(), 0))',
+      Label: 'WatchdogRun of the least-watched job',
+      ReturnData: true,
     });
-    Annotations.fromStack(built.stack).hasWarning(
-      '/Slotguard/weekly-report',
-      Match.stringLikeRegexp(
-        'missed-run alarm of job .weekly-report. needs to look back 168.3 hours.*created without alarm actions',
-      ),
+    expect(properties.Metrics.slice(0, -1).map((m: Json) => m.MetricStat.Metric.Dimensions[0].Value)).toEqual(
+      ['weekly-report', 'payment-reminder'],
     );
   });
 
   it.each(['weekly-report', 'payment-reminder'])(
-    '%s: alarms on a dead letter, a function error, a Scheduler target error and a dropped invocation',
+    '%s: pages on each new dead letter, a function error, a Scheduler target error and a dropped invocation',
     (jobId) => {
       const job = built.jobs.find((j) => j.jobId === jobId)!;
       const common = {
         Threshold: 1,
         ComparisonOperator: 'GreaterThanOrEqualToThreshold',
         TreatMissingData: 'notBreaching',
+        AlarmActions: [PAGER],
       };
-      expect(alarm(jobId, 'DeadLettersAlarm')).toMatchObject({
-        ...common,
-        Namespace: 'AWS/SQS',
-        MetricName: 'ApproximateNumberOfMessagesVisible',
-        Statistic: 'Maximum',
-        Dimensions: [
-          { Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalIdOf(job.deadLetterQueue), 'QueueName'] } },
-        ],
-      });
+      const deadLetters = alarm(jobId, 'DeadLettersAlarm');
+      expect(deadLetters).toMatchObject(common);
+      // The expression itself is held in scheduled-job.test.ts; here, that it reads this job's queue.
+      expect(deadLetters.Metrics.map((m: Json) => m.Expression ?? m.MetricStat.Metric.Dimensions)).toEqual([
+        'DIFF(FILL(depth, 0))',
+        [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalIdOf(job.deadLetterQueue), 'QueueName'] } }],
+      ]);
       expect(alarm(jobId, 'FunctionErrorsAlarm')).toMatchObject({
         ...common,
         Namespace: 'AWS/Lambda',
@@ -403,10 +549,28 @@ describe('the example app: alarms', () => {
     },
   );
 
-  it('wires the runtime to the alarm: the EMF line for one DuplicateClaim is exactly the metric the alarm watches', async () => {
+  it.each([
+    ['weekly-report', 21_600 + 5_400],
+    ['payment-reminder', 900 + 1_800],
+  ])(
+    '%s: shows a window message older than its deadline plus one visibility timeout, paging nobody',
+    (jobId, threshold) => {
+      const age = alarm(jobId, 'WorkQueueAgeAlarm');
+      expect(age).toMatchObject({
+        Namespace: 'AWS/SQS',
+        MetricName: 'ApproximateAgeOfOldestMessage',
+        Statistic: 'Maximum',
+        Threshold: threshold,
+        ComparisonOperator: 'GreaterThanThreshold',
+      });
+      expect(age.AlarmActions).toBeUndefined();
+    },
+  );
+
+  it('wires the runtime to the alarm: the EMF line for one EffectFailed is exactly the metric the alarm watches', async () => {
     const lines: string[] = [];
     const metrics = emfMetrics({ jobId: 'weekly-report', write: (line) => lines.push(line) });
-    metrics.count('DuplicateClaim');
+    metrics.count('EffectFailed');
     await metrics.flush();
     expect(lines).toHaveLength(1);
     const record = JSON.parse(lines[0]!);
@@ -417,9 +581,9 @@ describe('the example app: alarms', () => {
       Dimensions: directive.Dimensions.map((set: string[]) =>
         set.map((name) => ({ Name: name, Value: record[name] })),
       ),
-      value: record.DuplicateClaim,
+      value: record.EffectFailed,
     };
-    const watched = alarm('weekly-report', 'DuplicateClaimsAlarm');
+    const watched = alarm('weekly-report', 'EffectsFailedAlarm');
     expect(emitted).toEqual({
       Namespace: watched.Namespace,
       MetricName: [watched.MetricName],
@@ -429,11 +593,31 @@ describe('the example app: alarms', () => {
     expect(emitted.value).toBeGreaterThanOrEqual(watched.Threshold);
   });
 
-  it('shows every job on one dashboard, a row each', () => {
+  it('shows every job on one dashboard, with what only shows there: duplicates, yields, retries, runs per window', () => {
     const dashboards = resources('AWS::CloudWatch::Dashboard');
     expect(dashboards).toHaveLength(1);
     const body = JSON.stringify(dashboards[0]![1].Properties.DashboardBody);
-    for (const job of built.jobs) expect(body).toContain(`### ${job.jobId}`);
+    for (const job of built.jobs) {
+      for (const title of ['claims', 'windows', 'effects', 'work queue', 'function', 'alarms']) {
+        expect(body).toContain(`${job.jobId}: ${title}`);
+      }
+    }
+    for (const metricName of Object.keys(DASHBOARD_ONLY).filter((name) => name !== 'workQueueDepth')) {
+      expect(body, metricName).toContain(`\\"${metricName}\\"`);
+    }
+    for (const metricName of [
+      'WindowStuck',
+      'WindowMissing',
+      'WindowIncomplete',
+      'ProviderFailing',
+      'EffectRetried',
+    ]) {
+      expect(body, metricName).toContain(`\\"${metricName}\\"`);
+    }
+    expect(body).toContain('IF(runs > FILL(yields, 0), runs / (runs - FILL(yields, 0)), runs)');
+    expect(body).toContain('ApproximateAgeOfOldestMessage');
+    // Each job's alarm widget: its 11 alarms and the watchdog's, by ARN.
+    expect(body.match(/"alarms\\":\[/g)).toHaveLength(built.jobs.length);
   });
 });
 
@@ -477,9 +661,8 @@ describe('the example app: cdk-nag AwsSolutions', () => {
       [
         'Slotguard/SlotguardEffectKeySecret AwsSolutions-SMG4',
         'Slotguard/payment-reminder/DeadLetterQueue AwsSolutions-SQS3',
-        'Slotguard/payment-reminder/SchedulerRole AwsSolutions-IAM5[Resource::<function>:*]',
         'Slotguard/weekly-report/DeadLetterQueue AwsSolutions-SQS3',
-        'Slotguard/weekly-report/SchedulerRole AwsSolutions-IAM5[Resource::<function>:*]',
+        'Slotguard/ClaimsTableWatchdog/SchedulerRole AwsSolutions-IAM5[Resource::<function>:*]',
       ].sort(),
     );
     for (const { id, reason } of acked) {
@@ -488,11 +671,9 @@ describe('the example app: cdk-nag AwsSolutions', () => {
       // IAM findings are acknowledged per finding (cdk-nag 3's form of appliesTo), never for the whole rule.
       if (/IAM[45]/.test(id)) expect(id).toMatch(/\[.+\]$/);
     }
-    // Each Scheduler role's acknowledgement names its own job's function, not any function.
-    for (const job of built.jobs) {
-      const ack = acked.find((a) => a.path === `Slotguard/${job.jobId}/SchedulerRole`)!;
-      expect(ack.id).toContain(`<${logicalIdOf(job.function)}.Arn>:*`);
-    }
+    // The watchdog's Scheduler role's acknowledgement names the watchdog's function, not any function.
+    const ack = acked.find((a) => a.path === 'Slotguard/ClaimsTableWatchdog/SchedulerRole')!;
+    expect(ack.id).toContain(`<${logicalIdOf(built.jobs[0]!.watchdog.function)}.Arn>:*`);
   });
 
   it('runs in this test process: a queue that allows plain HTTP fails synthesis with AwsSolutions-SQS4', () => {

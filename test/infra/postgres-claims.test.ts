@@ -103,13 +103,51 @@ describe('the Postgres example (Aurora Serverless v2, RDS Proxy, IAM authenticat
     expect(acknowledgements(example.app)).toEqual(
       [
         'SlotguardPostgres/SlotguardEffectKeySecret AwsSolutions-SMG4',
+        'SlotguardPostgres/ClaimsWatchdog/SchedulerRole AwsSolutions-IAM5[Resource::<function>:*]',
+        'SlotguardPostgres/ClaimsWatchdog/NetworkInterfacePolicy AwsSolutions-IAM5[Resource::*]',
         ...['payment-reminder', 'weekly-report'].flatMap((job) => [
           `SlotguardPostgres/${job}/DeadLetterQueue AwsSolutions-SQS3`,
-          `SlotguardPostgres/${job}/SchedulerRole AwsSolutions-IAM5[Resource::<function>:*]`,
           `SlotguardPostgres/${job}/NetworkInterfacePolicy AwsSolutions-IAM5[Resource::*]`,
         ]),
       ].sort(),
     );
+  });
+
+  it('runs the watchdog in the VPC too, let in to the proxy once for all its jobs, connecting as slotguard', () => {
+    const watchdog = example.jobs[0]!.watchdog;
+    expect(example.jobs.every((job) => job.watchdog === watchdog)).toBe(true);
+    const fn = template.toJSON().Resources[logicalId(watchdog.function)];
+    expect(fn.Properties.VpcConfig.SubnetIds).toEqual(
+      example.vpc.privateSubnets.map((subnet) => ({ Ref: logicalId(subnet) })),
+    );
+    expect(fn.DependsOn).toContain(logicalId(watchdog.node.findChild('NetworkInterfacePolicy')));
+    const group = logicalId(watchdog.function.connections.securityGroups[0]!);
+    const ingress = Object.values(
+      template.findResources('AWS::EC2::SecurityGroupIngress', {
+        Properties: { SourceSecurityGroupId: { 'Fn::GetAtt': [group, 'GroupId'] } },
+      }),
+    );
+    expect(ingress.map((rule) => rule.Properties)).toEqual([
+      {
+        Description: 'slotguard watchdog SlotguardPostgres/ClaimsWatchdog/Function to Postgres',
+        GroupId: { 'Fn::GetAtt': [logicalId(example.proxy.connections.securityGroups[0]!), 'GroupId'] },
+        IpProtocol: 'tcp',
+        FromPort: 5432,
+        ToPort: 5432,
+        SourceSecurityGroupId: { 'Fn::GetAtt': [group, 'GroupId'] },
+      },
+    ]);
+    const policy =
+      template.toJSON().Resources[logicalId(watchdog.function.role!.node.findChild('DefaultPolicy'))];
+    expect(
+      policy.Properties.PolicyDocument.Statement.filter((s: Json) => s.Action === 'rds-db:connect'),
+    ).toHaveLength(1);
+    expect(fn.Properties.Environment.Variables).toMatchObject({
+      [BACKEND_ENV]: 'postgres',
+      [PostgresRuntimeEnv.host]: { 'Fn::GetAtt': [logicalId(example.proxy), 'Endpoint'] },
+      [PostgresRuntimeEnv.iamAuth]: 'true',
+      [PostgresRuntimeEnv.user]: 'slotguard',
+    });
   });
 
   it("runs each function in the VPC's private subnets, with a security group of its own", () => {
@@ -262,11 +300,15 @@ describe('the Postgres example (Aurora Serverless v2, RDS Proxy, IAM authenticat
         [
           'DeadLettersAlarm',
           'DroppedInvocationsAlarm',
-          'DuplicateClaimsAlarm',
+          'EffectsFailedAlarm',
           'EffectsInDoubtAlarm',
           'FunctionErrorsAlarm',
-          'MissedRunAlarm',
+          'ProviderFailingAlarm',
           'TargetErrorsAlarm',
+          'WindowIncompleteAlarm',
+          'WindowMissingAlarm',
+          'WindowStuckAlarm',
+          'WorkQueueAgeAlarm',
         ].sort(),
       );
       // Same construct paths in both stacks, so even the dimensions' references agree.

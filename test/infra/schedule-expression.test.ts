@@ -1,7 +1,6 @@
 import { Cron } from 'croner';
 import fc from 'fast-check';
 import { describe, expect, it, vi } from 'vitest';
-import { CLOUDWATCH_ALARM_LIMITS, missedRunWindow } from '../../infra/missed-run-window.js';
 import { type AnalysedSchedule, analyseSchedule } from '../../shared/schedule/schedule-analysis.js';
 
 const FROM = new Date('2026-11-29T12:00:00Z');
@@ -28,8 +27,11 @@ function nextFires(expression: string, timeZone: string, count: number): string[
   const fires: string[] = [];
   let from = FROM;
   for (let i = 0; i < count; i++) {
-    // Only the next fire matters here: a 1 ms gap limit stops the longest-gap walk at once.
-    const result = analyseSchedule({ expression, timeZone }, from, { gapLimitMs: 1 });
+    // Only the next fire matters here: a 1 ms gap limit and no floor stop the gap walk at once.
+    const result = analyseSchedule({ expression, timeZone }, from, {
+      gapLimitMs: 1,
+      shortestGapFloorMs: Number.POSITIVE_INFINITY,
+    });
     if (!result.ok) throw new Error(result.problem);
     fires.push(result.schedule.nextFire.toISOString());
     from = result.schedule.nextFire;
@@ -102,9 +104,38 @@ describe('analyseSchedule: AWS cron read through croner', () => {
     expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: 7 * DAY + HOUR, basis: 'exact' });
   });
 
-  it('stops walking once a gap reaches the limit the caller cares about', () => {
-    const schedule = analysed('cron(0 9 1 * ? *)', 'UTC', 7 * DAY);
+  it('stops walking once the longest gap reaches the limit the caller cares about and the shortest is a minute', () => {
+    // Every minute of 09:00-09:59 on the 1st: a minute apart, then a month.
+    const schedule = analysed('cron(* 9 1 * ? *)', 'UTC', 7 * DAY);
     expect(schedule.kind !== 'at' && schedule.longestGap.basis).toBe('at-least');
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: 60_000, basis: 'exact' });
+  });
+
+  it('keeps walking past the longest-gap limit until the shortest gap is known (a monthly cron twice an hour)', () => {
+    // 09:00 and 10:00 on the 1st. From 12:00 on 29 November the first gap is a month, over the limit;
+    // stopping there would miss the hour between the two fires.
+    const schedule = analysed('cron(0 9,10 1 * ? *)', 'UTC', 7 * DAY);
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: HOUR, basis: 'exact' });
+    expect(schedule.kind !== 'at' && schedule.longestGap.basis).toBe('exact');
+  });
+
+  it('measures the shortest gap of a weekday schedule across the weekend: a day', () => {
+    const schedule = analysed('cron(0 9 ? * MON-FRI *)');
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: DAY, basis: 'exact' });
+  });
+
+  it('counts the daylight-saving hour in a Berlin daily schedule: 23 hours at the spring change', () => {
+    const schedule = analysed('cron(30 9 * * ? *)', 'Europe/Berlin');
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: DAY - HOUR, basis: 'exact' });
+  });
+
+  it('reports the shortest gap as at most what it saw when the caller asks for no more than a floor', () => {
+    const schedule = analyseSchedule({ expression: 'cron(0 * ? * MON-FRI *)', timeZone: 'UTC' }, FROM, {
+      gapLimitMs: HOUR,
+      shortestGapFloorMs: 2 * HOUR,
+    });
+    if (!schedule.ok || schedule.schedule.kind === 'at') throw new Error('expected a recurring schedule');
+    expect(schedule.schedule.shortestGap).toEqual({ ms: HOUR, basis: 'at-most' });
   });
 
   it.each([
@@ -143,9 +174,10 @@ describe('analyseSchedule: AWS cron read through croner', () => {
 });
 
 describe('analyseSchedule: rate and at', () => {
-  it('takes the rate itself as the longest gap', () => {
+  it('takes the rate itself as the longest and the shortest gap', () => {
     const schedule = analysed('rate(15 minutes)');
     expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: 15 * 60_000, basis: 'exact' });
+    expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: 15 * 60_000, basis: 'exact' });
     expect(analysed('rate(1 day)').kind).toBe('rate');
   });
 
@@ -182,11 +214,12 @@ describe('analyseSchedule: rate and at', () => {
 });
 
 describe('analyseSchedule: properties', () => {
-  it('gives every daily UTC cron a longest gap of exactly one day', () => {
+  it('gives every daily UTC cron a longest and a shortest gap of exactly one day', () => {
     fc.assert(
       fc.property(fc.integer({ min: 0, max: 59 }), fc.integer({ min: 0, max: 23 }), (minute, hour) => {
         const schedule = analysed(`cron(${minute} ${hour} * * ? *)`);
         expect(schedule.kind !== 'at' && schedule.longestGap).toEqual({ ms: DAY, basis: 'exact' });
+        expect(schedule.kind !== 'at' && schedule.shortestGap).toEqual({ ms: DAY, basis: 'exact' });
       }),
       { numRuns: 25 },
     );
@@ -201,44 +234,6 @@ describe('analyseSchedule: properties', () => {
           const schedule = analysed(`rate(${n} ${unit})`);
           const unitMs = { minutes: 60_000, hours: HOUR, days: DAY }[unit];
           expect(schedule.kind !== 'at' && schedule.longestGap.ms).toBe(n * unitMs);
-        },
-      ),
-    );
-  });
-});
-
-describe('missedRunWindow', () => {
-  it('watches a 15-minute job in 5-minute buckets covering the gap, the grace and one bucket of slack', () => {
-    const window = missedRunWindow(900, 900);
-    expect(window).toMatchObject({ evaluationPeriods: 7, capped: false, wantedSeconds: 1_800 });
-    expect(window.period.toSeconds()).toBe(300);
-  });
-
-  it('switches to hourly buckets past a day (CloudWatch allows at most a day of sub-hour buckets)', () => {
-    const window = missedRunWindow(86_400, 1_500);
-    expect(window.period.toSeconds()).toBe(3_600);
-    expect(window.evaluationPeriods).toBe(26);
-  });
-
-  it('caps a weekly job at 7 days of hourly buckets and says so', () => {
-    const window = missedRunWindow(7 * 86_400, 1_500);
-    expect(window).toMatchObject({ evaluationPeriods: 168, capped: true });
-  });
-
-  it('never exceeds CloudWatch limits, and covers the wanted look-back whenever it is not capped', () => {
-    fc.assert(
-      fc.property(
-        fc.integer({ min: 60, max: 40 * 86_400 }),
-        fc.integer({ min: 60, max: 7_200 }),
-        (gap, grace) => {
-          const window = missedRunWindow(gap, grace);
-          const period = window.period.toSeconds();
-          const total = period * window.evaluationPeriods;
-          expect(total).toBeLessThanOrEqual(CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds);
-          if (period < 3_600)
-            expect(total).toBeLessThanOrEqual(CLOUDWATCH_ALARM_LIMITS.maxEvaluationSecondsBelowHourPeriod);
-          if (!window.capped) expect(total).toBeGreaterThanOrEqual(gap + grace + period);
-          else expect(total).toBe(CLOUDWATCH_ALARM_LIMITS.maxEvaluationSeconds);
         },
       ),
     );

@@ -5,12 +5,24 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sns from 'aws-cdk-lib/aws-sns';
+import type { IConstruct } from 'constructs';
 import { describe, expect, it } from 'vitest';
+import { jobCatalog } from '../../functions/catalog.js';
 import { ClaimsTable } from '../../infra/claims-table.js';
 import { InfraValidationError } from '../../infra/infra-validation-error.js';
-import { ScheduledJob, type ScheduledJobProps } from '../../infra/scheduled-job.js';
-import type { JobSpec } from '../../shared/job/job-spec.js';
+import { ALARM_PAGING, type AlarmKey } from '../../infra/paging.js';
+import { ScheduledJob, type ScheduledJobProps, workQueueMaxReceiveCount } from '../../infra/scheduled-job.js';
+import {
+  DEFAULT_DEADLINE_CAP_MINUTES,
+  defaultDeadlineSeconds,
+  type JobSpec,
+} from '../../shared/job/job-spec.js';
+import { RuntimeEnv } from '../../shared/job/runtime-env.js';
+import { jobDeadlineMs } from '../../shared/watchdog/window-deadline.js';
 import { jobSpec, REPOSITORY_ROOT, stackWithoutBundling } from './fixtures.js';
+
+/** Template JSON as aws-cdk-lib/assertions types it. */
+type Json = ReturnType<Template['toJSON']>;
 
 function addJob(
   stack: Stack,
@@ -21,6 +33,23 @@ function addJob(
   const claims =
     (stack.node.tryFindChild('Claims') as ClaimsTable | undefined) ?? new ClaimsTable(stack, 'Claims');
   return new ScheduledJob(stack, id, { job, claims, projectRoot: REPOSITORY_ROOT, ...props });
+}
+
+function logicalIdOf(construct: IConstruct): string {
+  const stack = Stack.of(construct);
+  const element = (construct.node.defaultChild ?? construct) as CfnElement;
+  return stack.resolve(stack.getLogicalId(element)) as string;
+}
+
+/** The resource `construct` synthesises to, from its stack's template. */
+function resourceOf(stack: Stack, construct: IConstruct): Json {
+  return Template.fromStack(stack).toJSON().Resources[logicalIdOf(construct)];
+}
+
+/** The statements of a job function role's default policy. */
+function functionStatements(stack: Stack, job: ScheduledJob): Json[] {
+  const policy = job.function.role!.node.findChild('DefaultPolicy');
+  return resourceOf(stack, policy).Properties.PolicyDocument.Statement;
 }
 
 /** The InfraValidationError `build` throws (fails the test if it throws nothing or something else). */
@@ -194,51 +223,77 @@ describe('ScheduledJob refuses props that cannot work, naming the construct, the
       /memorySize is number 64; Lambda takes a whole number of MB from 128 to 10240/,
     );
   });
+
+  it.each([
+    [
+      'a deadline shorter than the function timeout',
+      { deadlineMinutes: 5, timeoutSeconds: 900 },
+      {},
+      "job.deadlineMinutes is 5, shorter than the function timeout (job.timeoutSeconds 900): a window's first run " +
+        'could not use all of its time before the window is given up; set job.deadlineMinutes to 15 or more',
+    ],
+    [
+      'a deadline longer than the work queue and the dead-letter queue can hold a window',
+      { deadlineMinutes: 20_160 },
+      {},
+      "job.deadlineMinutes is 20160 (14.0 days), over 10080 (7 days): SQS keeps a window's message 14 days from " +
+        'when the schedule sent it, dead-letter queue included, and a window given up at its deadline must leave ' +
+        'the on-call a week to act on its dead letter; set job.deadlineMinutes to 10080 or less',
+    ],
+    [
+      'a deadline longer than the records are kept',
+      { deadlineMinutes: 4_320 },
+      { retentionDays: 2 },
+      "job.deadlineMinutes is 4320, longer than retentionDays (2, 2880 minutes) keeps the window's records: its slot " +
+        'record could expire before the window ends, and a later run would start the window over; set ' +
+        'job.deadlineMinutes to 2880 or less, or raise retentionDays',
+    ],
+    [
+      'a deadline that is not a whole number of minutes',
+      { deadlineMinutes: 90.5 },
+      {},
+      'job.deadlineMinutes is number 90.5; set a whole number of 1 or more',
+    ],
+  ] as const)('refuses %s', (_, job, props, message) => {
+    const error = validationError((stack) => addJob(stack, 'job', jobSpec(job), props));
+    expect(error.prop).toBe('job.deadlineMinutes');
+    expect(error.message).toBe(`ScheduledJob 'Test/job': ${message}`);
+  });
+
+  it('refuses a maxConcurrency the SQS event source does not take (AWS allows 2 to 1000)', () => {
+    const error = validationError((stack) => addJob(stack, 'job', jobSpec(), { maxConcurrency: 1 }));
+    expect(error.prop).toBe('maxConcurrency');
+    expect(error.message).toBe(
+      "ScheduledJob 'Test/job': maxConcurrency is number 1; the SQS event source takes a whole number from 2 to " +
+        "1000 (AWS's limits); leave it unset for 2",
+    );
+  });
+
+  it('refuses a missed-run grace shorter than the minute Scheduler fires within, or over a day', () => {
+    const error = validationError((stack) =>
+      addJob(stack, 'job', jobSpec(), { missedRunGrace: Duration.seconds(30) }),
+    );
+    expect(error.prop).toBe('missedRunGrace');
+    expect(error.message).toBe(
+      "ScheduledJob 'Test/job': missedRunGrace is number 30 seconds; set 1 minute to 24 hours: how long after its " +
+        'scheduled time a window may have no record before the watchdog reports it missing (Scheduler fires within ' +
+        'the minute)',
+    );
+    expect(
+      validationError((stack) => addJob(stack, 'job', jobSpec(), { missedRunGrace: Duration.hours(25) }))
+        .prop,
+    ).toBe('missedRunGrace');
+  });
 });
 
 describe('ScheduledJob options', () => {
-  it('sends every alarm to the one list of alarm actions', () => {
-    const stack = stackWithoutBundling();
-    const topic = sns.Topic.fromTopicArn(stack, 'Pager', 'arn:aws:sns:eu-west-1:123456789012:pager');
-    const daily = jobSpec({ schedule: { expression: 'cron(0 6 * * ? *)', timeZone: 'UTC' } });
-    const job = addJob(stack, 'job', daily, { alarmActions: [new actions.SnsAction(topic)] });
-    const alarms = Template.fromStack(stack).findResources('AWS::CloudWatch::Alarm');
-    expect(Object.keys(alarms)).toHaveLength(Object.keys(job.alarms).length);
-    expect(Object.keys(alarms)).toHaveLength(7);
-    for (const alarm of Object.values(alarms)) {
-      expect(alarm.Properties.AlarmActions).toEqual(['arn:aws:sns:eu-west-1:123456789012:pager']);
-    }
-  });
-
-  it('does not page from a missed-run alarm capped at 7 days (it would fire on every weekly run) unless asked', () => {
-    const pager = (stack: Stack) =>
-      new actions.SnsAction(
-        sns.Topic.fromTopicArn(stack, 'Pager', 'arn:aws:sns:eu-west-1:123456789012:pager'),
-      );
-    const quiet = stackWithoutBundling();
-    const weekly = addJob(quiet, 'job', jobSpec(), { alarmActions: [pager(quiet)] });
-    const quietAlarms = Template.fromStack(quiet).toJSON().Resources;
-    const missedRunId = quiet.resolve(
-      quiet.getLogicalId(weekly.alarms.missedRun!.node.defaultChild as CfnElement),
-    );
-    expect(quietAlarms[missedRunId].Properties.AlarmActions).toBeUndefined();
-    expect(quietAlarms[missedRunId].Properties.EvaluationPeriods).toBe(168);
-
-    const loud = stackWithoutBundling();
-    const paged = addJob(loud, 'job', jobSpec(), {
-      alarmActions: [pager(loud)],
-      pageOnCappedMissedRun: true,
-    });
-    const loudId = loud.resolve(loud.getLogicalId(paged.alarms.missedRun!.node.defaultChild as CfnElement));
-    expect(Template.fromStack(loud).toJSON().Resources[loudId].Properties.AlarmActions).toEqual([
-      'arn:aws:sns:eu-west-1:123456789012:pager',
-    ]);
-  });
-
   it('turns on the flexible window only when asked, and passes a payload in the input', () => {
     const stack = stackWithoutBundling();
-    addJob(stack, 'job', jobSpec(), { flexibleTimeWindow: Duration.minutes(15), payload: { segment: 'eu' } });
-    const schedule = Object.values(Template.fromStack(stack).findResources('AWS::Scheduler::Schedule'))[0]!;
+    const job = addJob(stack, 'job', jobSpec(), {
+      flexibleTimeWindow: Duration.minutes(15),
+      payload: { segment: 'eu' },
+    });
+    const schedule = resourceOf(stack, job.node.findChild('Schedule'));
     expect(schedule.Properties.FlexibleTimeWindow).toEqual({ Mode: 'FLEXIBLE', MaximumWindowInMinutes: 15 });
     expect(JSON.parse(schedule.Properties.Target.Input)).toEqual({
       jobId: 'weekly-report',
@@ -249,30 +304,20 @@ describe('ScheduledJob options', () => {
     });
   });
 
-  it('applies the retry policy to Scheduler and to Lambda, whose retries follow maxAttempts', () => {
+  it("applies the retry policy to Scheduler's sends, and maxAttempts to Lambda's retries of direct asynchronous invokes", () => {
     const stack = stackWithoutBundling();
-    addJob(stack, 'job', jobSpec({ maxAttempts: 1 }), {
+    const job = addJob(stack, 'job', jobSpec({ maxAttempts: 1 }), {
       retry: { attempts: 3, maxEventAge: Duration.minutes(30) },
     });
-    const template = Template.fromStack(stack);
-    template.hasResourceProperties('AWS::Scheduler::Schedule', {
-      Target: { RetryPolicy: { MaximumRetryAttempts: 3, MaximumEventAgeInSeconds: 1_800 } },
+    expect(resourceOf(stack, job.node.findChild('Schedule')).Properties.Target.RetryPolicy).toEqual({
+      MaximumRetryAttempts: 3,
+      MaximumEventAgeInSeconds: 1_800,
     });
-    template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+    Template.fromStack(stack).hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      FunctionName: { Ref: logicalIdOf(job.function) },
       MaximumRetryAttempts: 0,
       MaximumEventAgeInSeconds: 1_800,
     });
-  });
-
-  it('creates no missed-run alarm for a one-time schedule (there is no next run to miss)', () => {
-    const stack = stackWithoutBundling();
-    const job = addJob(
-      stack,
-      'job',
-      jobSpec({ schedule: { expression: 'at(2099-01-01T09:00:00)', timeZone: 'UTC' } }),
-    );
-    expect(job.alarms.missedRun).toBeUndefined();
-    Template.fromStack(stack).resourceCountIs('AWS::CloudWatch::Alarm', 6);
   });
 
   it('shares one generated effect-key secret between the jobs of a stack, or uses the one given', () => {
@@ -288,11 +333,340 @@ describe('ScheduledJob options', () => {
 
   it('sets no SES variables and grants no SES action when the job does not send email', () => {
     const stack = stackWithoutBundling();
-    addJob(stack, 'job', jobSpec());
-    const template = Template.fromStack(stack);
-    const fn = Object.values(template.findResources('AWS::Lambda::Function'))[0]!;
-    expect(fn.Properties.Environment.Variables).not.toHaveProperty('SLOTGUARD_SES_FROM');
-    expect(JSON.stringify(template.findResources('AWS::IAM::Policy'))).not.toContain('ses:');
+    const job = addJob(stack, 'job', jobSpec());
+    expect(resourceOf(stack, job.function).Properties.Environment.Variables).not.toHaveProperty(
+      'SLOTGUARD_SES_FROM',
+    );
+    expect(JSON.stringify(Template.fromStack(stack).findResources('AWS::IAM::Policy'))).not.toContain('ses:');
+  });
+});
+
+describe('ScheduledJob: the work queue', () => {
+  it('sends each window to an encrypted, TLS-only work queue that redrives to the dead-letter queue', () => {
+    const stack = stackWithoutBundling();
+    // Deadline 6 hours, timeout 15 minutes: 24 runs, twice that plus 50 deliveries.
+    const job = addJob(stack, 'job', jobSpec({ timeoutSeconds: 900 }));
+    const queue = resourceOf(stack, job.workQueue);
+    expect(queue.Properties).toEqual({
+      SqsManagedSseEnabled: true,
+      VisibilityTimeout: 5_400,
+      MessageRetentionPeriod: 1_209_600,
+      RedrivePolicy: {
+        deadLetterTargetArn: { 'Fn::GetAtt': [logicalIdOf(job.deadLetterQueue), 'Arn'] },
+        maxReceiveCount: 98,
+      },
+    });
+    Template.fromStack(stack).hasResourceProperties('AWS::SQS::QueuePolicy', {
+      Queues: [{ Ref: logicalIdOf(job.workQueue) }],
+      PolicyDocument: {
+        Statement: [
+          Match.objectLike({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } }),
+        ],
+      },
+    });
+    const target = resourceOf(stack, job.node.findChild('Schedule')).Properties.Target;
+    expect(target.Arn).toEqual({ 'Fn::GetAtt': [logicalIdOf(job.workQueue), 'Arn'] });
+    expect(target.DeadLetterConfig).toEqual({
+      Arn: { 'Fn::GetAtt': [logicalIdOf(job.deadLetterQueue), 'Arn'] },
+    });
+    expect(target.RetryPolicy).toEqual({ MaximumRetryAttempts: 20, MaximumEventAgeInSeconds: 3_600 });
+  });
+
+  it.each([
+    [30, 604_800, 1000],
+    [60, 21_600, 770],
+    [300, 900, 56],
+    [900, 21_600, 98],
+  ])(
+    'dead-letters a window after min(1000, 2 x ceil(deadline / timeout) + 50) deliveries: timeout %i s, deadline %i s -> %i',
+    (timeout, deadline, count) => {
+      expect(workQueueMaxReceiveCount(deadline, timeout)).toBe(count);
+    },
+  );
+
+  it('consumes the queue one window per invocation, reporting each failure on its own, at most maxConcurrency at once', () => {
+    const stack = stackWithoutBundling();
+    const twoAtOnce = addJob(stack, 'default', jobSpec({ id: 'default' }));
+    const tenAtOnce = addJob(stack, 'ten', jobSpec({ id: 'ten' }), { maxConcurrency: 10 });
+    const mappings = Template.fromStack(stack).findResources('AWS::Lambda::EventSourceMapping');
+    const of = (job: ScheduledJob) =>
+      Object.values(mappings).filter(
+        (m) =>
+          JSON.stringify(m.Properties.FunctionName) === JSON.stringify({ Ref: logicalIdOf(job.function) }),
+      );
+    expect(of(twoAtOnce).map((m) => m.Properties)).toEqual([
+      {
+        FunctionName: { Ref: logicalIdOf(twoAtOnce.function) },
+        EventSourceArn: { 'Fn::GetAtt': [logicalIdOf(twoAtOnce.workQueue), 'Arn'] },
+        BatchSize: 1,
+        FunctionResponseTypes: ['ReportBatchItemFailures'],
+        ScalingConfig: { MaximumConcurrency: 2 },
+      },
+    ]);
+    expect(of(tenAtOnce)[0]!.Properties.ScalingConfig).toEqual({ MaximumConcurrency: 10 });
+  });
+
+  it("lets the function change its messages' visibility and send continuations on its own queue only", () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec({ id: 'job' }));
+    const other = addJob(stack, 'other', jobSpec({ id: 'other' }));
+    const sqsStatements = functionStatements(stack, job).filter((s) =>
+      [s.Action].flat().some((a: string) => a.startsWith('sqs:')),
+    );
+    const ownQueue = { 'Fn::GetAtt': [logicalIdOf(job.workQueue), 'Arn'] };
+    expect(sqsStatements).toEqual([
+      // Lambda's async dead-letter delivery, for direct invokes.
+      {
+        Effect: 'Allow',
+        Action: 'sqs:SendMessage',
+        Resource: { 'Fn::GetAtt': [logicalIdOf(job.deadLetterQueue), 'Arn'] },
+      },
+      // The event source's consume grant.
+      {
+        Effect: 'Allow',
+        Action: [
+          'sqs:ReceiveMessage',
+          'sqs:ChangeMessageVisibility',
+          'sqs:GetQueueUrl',
+          'sqs:DeleteMessage',
+          'sqs:GetQueueAttributes',
+        ],
+        Resource: ownQueue,
+      },
+      // The handler's heartbeat, retry delays and continuations.
+      { Effect: 'Allow', Action: ['sqs:ChangeMessageVisibility', 'sqs:SendMessage'], Resource: ownQueue },
+    ]);
+    expect(JSON.stringify(sqsStatements)).not.toContain(logicalIdOf(other.workQueue));
+  });
+
+  it("sets the work queue's URL and the deadline for the runtime, and terminates recursive loops", () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(
+      stack,
+      'job',
+      jobSpec({ schedule: { expression: 'rate(15 minutes)' }, timeoutSeconds: 300 }),
+    );
+    const fn = resourceOf(stack, job.function).Properties;
+    expect(fn.Environment.Variables).toMatchObject({
+      [RuntimeEnv.workQueueUrl]: { Ref: logicalIdOf(job.workQueue) },
+      [RuntimeEnv.deadlineSeconds]: '900',
+    });
+    expect(fn.RecursiveLoop).toBe('Terminate');
+  });
+
+  it('lets Scheduler send only to the work queue and the dead-letter queue, with no wildcard to acknowledge', () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec());
+    const role = job.node.findChild('SchedulerRole') as iam.Role;
+    const policy = resourceOf(stack, role.node.findChild('DefaultPolicy') as IConstruct);
+    expect(policy.Properties.PolicyDocument.Statement).toEqual([
+      {
+        Effect: 'Allow',
+        Action: 'sqs:SendMessage',
+        Resource: { 'Fn::GetAtt': [logicalIdOf(job.workQueue), 'Arn'] },
+      },
+      {
+        Effect: 'Allow',
+        Action: 'sqs:SendMessage',
+        Resource: { 'Fn::GetAtt': [logicalIdOf(job.deadLetterQueue), 'Arn'] },
+      },
+    ]);
+  });
+});
+
+describe('ScheduledJob: the schedule Scheduler gets', () => {
+  it.each([
+    ['rate(1 minute)', 'cron(* * * * ? *)'],
+    ['rate(15 minutes)', 'cron(0/15 * * * ? *)'],
+    ['rate(60 minutes)', 'cron(0 * * * ? *)'],
+    ['rate(6 hours)', 'cron(0 0/6 * * ? *)'],
+    ['rate(1 day)', 'cron(0 0 * * ? *)'],
+  ])('deploys %s as %s in UTC, so the watchdog knows its windows', (rate, cron) => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec({ schedule: { expression: rate, timeZone: 'Europe/Berlin' } }));
+    expect(job.deployedSchedule).toEqual({ expression: cron, timeZone: 'UTC' });
+    expect(resourceOf(stack, job.node.findChild('Schedule')).Properties).toMatchObject({
+      ScheduleExpression: cron,
+      ScheduleExpressionTimezone: 'UTC',
+    });
+    const input = JSON.parse(resourceOf(stack, job.watchdogSchedule).Properties.Target.Input);
+    expect(input.schedule).toEqual({ expression: cron, timeZone: 'UTC' });
+    expect(input).not.toHaveProperty('rateStart');
+  });
+
+  it('deploys a cron as written, in its own time zone', () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec());
+    expect(job.deployedSchedule).toEqual({ expression: 'cron(0 9 ? * MON *)', timeZone: 'Europe/Moscow' });
+  });
+
+  it.each(['rate(7 minutes)', 'rate(5 hours)', 'rate(2 days)'])(
+    'refuses %s, whose windows depend on when Scheduler created the schedule',
+    (expression) => {
+      const error = validationError((stack) => addJob(stack, 'job', jobSpec({ schedule: { expression } })));
+      expect(error.prop).toBe('job.schedule.expression');
+      expect(error.message).toBe(
+        `ScheduledJob 'Test/job': job.schedule.expression ${JSON.stringify(expression)} cannot be watched: ` +
+          'Scheduler counts a rate() from when its schedule is created, which synth cannot know, so the watchdog ' +
+          'could not tell which windows it fires. A rate that divides an hour or a day is deployed as the UTC cron ' +
+          'on the same grid (rate(15 minutes) as cron(0/15 * * * ? *)); use such a rate, or a cron() expression',
+      );
+    },
+  );
+
+  it('tells the watchdog not to judge windows before watchedSince, and refuses an invalid Date', () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec(), { watchedSince: new Date('2026-12-01T08:30:00Z') });
+    const input = JSON.parse(resourceOf(stack, job.watchdogSchedule).Properties.Target.Input);
+    expect(input.notBefore).toBe('2026-12-01T08:30:00.000Z');
+    const error = validationError((other) =>
+      addJob(other, 'job', jobSpec(), { watchedSince: new Date('yesterday') }),
+    );
+    expect(error.prop).toBe('watchedSince');
+    expect(error.message).toMatch(
+      /watchedSince is an invalid Date; give the instant the job was first deployed/,
+    );
+  });
+});
+
+describe('ScheduledJob: deadlines', () => {
+  it.each([
+    { label: 'a 15-minute rate', expression: 'rate(15 minutes)', timeoutSeconds: 300, seconds: 900 },
+    {
+      label: 'a weekly cron (capped at 6 hours)',
+      expression: 'cron(0 9 ? * MON *)',
+      timeoutSeconds: 900,
+      seconds: 21_600,
+    },
+    {
+      label: 'an hourly weekday cron (its shortest gap)',
+      expression: 'cron(0 * ? * MON-FRI *)',
+      timeoutSeconds: 900,
+      seconds: 3_600,
+    },
+    {
+      label: 'a per-minute cron (raised to the timeout)',
+      expression: 'cron(* * * * ? *)',
+      timeoutSeconds: 900,
+      seconds: 900,
+    },
+    {
+      label: 'a one-time job (6 hours)',
+      expression: 'at(2099-01-01T09:00:00)',
+      timeoutSeconds: 900,
+      seconds: 21_600,
+    },
+  ])('gives $label a default deadline of $seconds s', ({ expression, timeoutSeconds, seconds }) => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec({ schedule: { expression }, timeoutSeconds, leaseSeconds: 60 }));
+    expect(job.deadline.toSeconds()).toBe(seconds);
+    expect(job.job.deadlineMinutes).toBe(seconds / 60);
+    expect(resourceOf(stack, job.function).Properties.Environment.Variables[RuntimeEnv.deadlineSeconds]).toBe(
+      String(seconds),
+    );
+  });
+
+  it.each(jobCatalog.map((job) => [job.id, job] as const))(
+    'gives %s the deadline the operator CLI and the watchdog judge its windows by (jobDeadlineMs)',
+    (id, spec) => {
+      const job = addJob(stackWithoutBundling(), id, spec);
+      expect(job.deadline.toMilliseconds()).toBe(jobDeadlineMs(spec));
+    },
+  );
+
+  it('takes deadlineMinutes as given, and sizes the redrive count to it', () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(
+      stack,
+      'job',
+      jobSpec({ deadlineMinutes: 600, timeoutSeconds: 600, leaseSeconds: 60 }),
+    );
+    expect(job.deadline.toSeconds()).toBe(36_000);
+    expect(resourceOf(stack, job.workQueue).Properties.RedrivePolicy.maxReceiveCount).toBe(2 * 60 + 50);
+  });
+
+  it('computes the default from the shortest gap, capped at 6 hours and raised to the timeout in whole minutes', () => {
+    expect(defaultDeadlineSeconds(15 * 60_000, 300)).toBe(900);
+    expect(defaultDeadlineSeconds(7 * 24 * 3_600_000, 900)).toBe(DEFAULT_DEADLINE_CAP_MINUTES * 60);
+    expect(defaultDeadlineSeconds(undefined, 900)).toBe(21_600);
+    expect(defaultDeadlineSeconds(60_000, 90)).toBe(120);
+  });
+});
+
+describe('ScheduledJob: what pages', () => {
+  const PAGER = 'arn:aws:sns:eu-west-1:123456789012:pager';
+
+  it('gives the alarm actions to exactly the alarms ALARM_PAGING says page, and none to the others', () => {
+    const stack = stackWithoutBundling();
+    const topic = sns.Topic.fromTopicArn(stack, 'Pager', PAGER);
+    const daily = jobSpec({ schedule: { expression: 'cron(0 6 * * ? *)', timeZone: 'UTC' } });
+    const job = addJob(stack, 'job', daily, { alarmActions: [new actions.SnsAction(topic)] });
+    const keys = Object.keys(job.alarms) as (keyof typeof job.alarms)[];
+    expect(keys.sort()).toEqual(
+      (Object.keys(ALARM_PAGING) as AlarmKey[]).filter((key) => key !== 'watchdogStopped').sort(),
+    );
+    for (const key of keys) {
+      const expected = ALARM_PAGING[key].pages ? [PAGER] : undefined;
+      expect(resourceOf(stack, job.alarms[key]).Properties.AlarmActions, key).toEqual(expected);
+    }
+    // The job's alarms, and the watchdog's one for this job: no DuplicateClaim or missed-run alarm.
+    Template.fromStack(stack).resourceCountIs('AWS::CloudWatch::Alarm', keys.length + 1);
+    expect(keys.filter((key) => ALARM_PAGING[key].pages)).toHaveLength(10);
+  });
+
+  it('pages on a second dead letter while the first still sits: the alarm watches the rise of the depth, not the depth', () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(stack, 'job', jobSpec());
+    const alarm = resourceOf(stack, job.alarms.deadLetters).Properties;
+    // DIFF is each period's depth minus the period before's: 0 -> 1 is 1 (the first dead letter), 1 -> 1 is 0
+    // (it sits; the alarm returns to OK), 1 -> 2 is 1 again (the second pages), whatever already sits.
+    expect(alarm).toMatchObject({
+      Threshold: 1,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      EvaluationPeriods: 1,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(alarm.Metrics).toEqual([
+      { Id: 'expr_1', Expression: 'DIFF(FILL(depth, 0))', Label: 'dead letters arrived', ReturnData: true },
+      {
+        Id: 'depth',
+        ReturnData: false,
+        MetricStat: {
+          Metric: {
+            Namespace: 'AWS/SQS',
+            MetricName: 'ApproximateNumberOfMessagesVisible',
+            Dimensions: [
+              { Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalIdOf(job.deadLetterQueue), 'QueueName'] } },
+            ],
+          },
+          Period: 300,
+          Stat: 'Maximum',
+        },
+      },
+    ]);
+    expect(alarm).not.toHaveProperty('MetricName');
+  });
+
+  it('shows a window message waiting past its deadline and one visibility timeout on the dashboard, paging nobody', () => {
+    const stack = stackWithoutBundling();
+    const job = addJob(
+      stack,
+      'job',
+      jobSpec({ schedule: { expression: 'rate(15 minutes)' }, timeoutSeconds: 300 }),
+      {
+        alarmActions: [new actions.SnsAction(sns.Topic.fromTopicArn(stack, 'Pager', PAGER))],
+      },
+    );
+    expect(resourceOf(stack, job.alarms.workQueueAge).Properties).toMatchObject({
+      Namespace: 'AWS/SQS',
+      MetricName: 'ApproximateAgeOfOldestMessage',
+      Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalIdOf(job.workQueue), 'QueueName'] } }],
+      Statistic: 'Maximum',
+      // 15 minutes' deadline plus 6 x 300 s of visibility timeout.
+      Threshold: 900 + 1_800,
+      ComparisonOperator: 'GreaterThanThreshold',
+    });
+    expect(resourceOf(stack, job.alarms.workQueueAge).Properties.AlarmActions).toBeUndefined();
   });
 });
 
@@ -331,6 +705,37 @@ describe('ClaimsTable', () => {
         ],
       },
     });
+  });
+
+  it('refuses a slot-read grant for a job id that would widen the LeadingKeys pattern', () => {
+    const stack = stackWithoutBundling();
+    const claims = new ClaimsTable(stack, 'Claims');
+    const role = new iam.Role(stack, 'Role', { assumedBy: new iam.AccountRootPrincipal() });
+    expect(() => claims.grantSlotReads(role, 'weekly-*')).toThrow(
+      'ClaimsTable \'Test/Claims\': grantSlotReads jobId "weekly-*" does not match /^[a-z][a-z0-9-]{0,62}$/; pass ' +
+        "the job's id (1-63 lower-case letters, digits or hyphens, a letter first)",
+    );
+  });
+
+  it("grants a reader GetItem on each of its jobs' items in one statement, and nothing else", () => {
+    const stack = stackWithoutBundling();
+    const claims = new ClaimsTable(stack, 'Claims');
+    const reader = new iam.Role(stack, 'Reader', { assumedBy: new iam.AccountRootPrincipal() });
+    const first = claims.grantSlotReads(reader, 'weekly-report');
+    const second = claims.grantSlotReads(reader, 'payment-reminder');
+    expect(first.success).toBe(true);
+    expect(second).toBe(first);
+    const policy = resourceOf(stack, reader.node.findChild('DefaultPolicy'));
+    expect(policy.Properties.PolicyDocument.Statement).toEqual([
+      {
+        Effect: 'Allow',
+        Action: 'dynamodb:GetItem',
+        Resource: { 'Fn::GetAtt': [logicalIdOf(claims.table), 'Arn'] },
+        Condition: {
+          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['weekly-report#*', 'payment-reminder#*'] },
+        },
+      },
+    ]);
   });
 
   it('drops deletion protection only when asked to destroy the table, and takes a customer key', () => {

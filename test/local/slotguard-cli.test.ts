@@ -24,6 +24,9 @@ import { useDynamo } from '../helpers/dynalite.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
 const dynamo = useDynamo();
+// One mock for the file: a second mockClient of the same class would take the stub over from the first.
+const lambda = mockClient(LambdaClient);
+afterEach(() => lambda.reset());
 let sink: SmtpSink;
 const opened: LocalBackend[] = [];
 beforeAll(async () => {
@@ -106,6 +109,97 @@ async function windowWithTwoInDoubt(time: string) {
   const report = await w.runner.fire(job, new Date(at(time)));
   expect(report).toMatchObject({ state: 'DONE', epoch: 2, inDoubt: 2, delivered: 1 });
   return { ...w, clock, slot, hashes };
+}
+
+/** payment-reminder's deadline as deployed: the 15-minute gap to its next window. */
+const REMINDER_DEADLINE = 15 * 60_000;
+
+/** Claims a payment-reminder window directly, as a run would, with the deployed deadline. */
+async function claimWindow(
+  w: Awaited<ReturnType<typeof world>>,
+  time: string,
+  now: number,
+  owner = 'replica-9/abc',
+) {
+  const window = `2026-11-30T${time}:00Z`;
+  const outcome = await w.backend.backend.claims.claim(
+    { jobId: 'payment-reminder', window },
+    {
+      owner,
+      leaseMs: 60_000,
+      maxAttempts: 3,
+      expiresAtSeconds: at(time) / 1000 + 35 * 86_400,
+      deadline: at(time) + REMINDER_DEADLINE,
+      delivery: {},
+    },
+    now,
+  );
+  if (outcome.kind !== 'claimed') throw new Error(outcome.kind);
+  return outcome.claim;
+}
+
+/** The hashes of a payment-reminder window's invoices, in the order the job sends them. */
+async function invoiceHashes(w: Awaited<ReturnType<typeof world>>, time: string): Promise<string[]> {
+  const hashes: string[] = [];
+  for await (const invoice of syntheticDueInvoices(new Date(at(time)), INVOICES))
+    hashes.push(w.backend.backend.hashKey(invoice.invoiceId));
+  return hashes;
+}
+
+/**
+ * A PARTIAL window: its first invoice sent, the other two refused by the provider for good (an
+ * unverified address, a quota), as the run left it when it finished.
+ */
+async function partialWindow(w: Awaited<ReturnType<typeof world>>, time: string) {
+  const { claims, ledger } = w.backend.backend;
+  const run = await claimWindow(w, time, at(time) + 5_000, 'replica-1/run');
+  const hashes = await invoiceHashes(w, time);
+  for (const hash of hashes) await ledger.reserve(run, hash, { rerunInDoubt: false, now: at(time) });
+  await ledger.markDone(run, [hashes[0]!]);
+  await ledger.recordFailure(run, hashes[1]!, { attempts: 5, reason: 'rejected' });
+  await ledger.recordFailure(run, hashes[2]!, { attempts: 5, reason: 'quota' });
+  await claims.complete(
+    run,
+    { done: 1, inDoubt: 0, failed: 2, inDoubtKeys: [], failedKeys: [hashes[1]!, hashes[2]!], runs: 1 },
+    at(time) + 10_000,
+  );
+  return { slot: { jobId: 'payment-reminder', window: `2026-11-30T${time}:00Z` }, hashes };
+}
+
+/** A window continuation gave up on: STUCK after three runs without progress, two of three invoices sent. */
+async function stuckWindow(w: Awaited<ReturnType<typeof world>>, time: string) {
+  const { claims, ledger } = w.backend.backend;
+  const run = await claimWindow(w, time, at(time) + 5_000, 'replica-2/run');
+  const hashes = await invoiceHashes(w, time);
+  for (const hash of hashes.slice(0, 2))
+    await ledger.reserve(run, hash, { rerunInDoubt: false, now: at(time) });
+  await ledger.markDone(run, hashes.slice(0, 2));
+  const checkpoint = { positions: { invoices: '2' }, walked: false };
+  await claims.release(
+    run,
+    {
+      kind: 'stuck',
+      reason: 'no progress in 3 consecutive runs (the last stopped: provider-failing)',
+      checkpoint,
+      runsWithoutProgress: 3,
+    },
+    at(time) + 10_000,
+  );
+  return { slot: { jobId: 'payment-reminder', window: `2026-11-30T${time}:00Z` }, hashes };
+}
+
+/**
+ * The four windows 06:00 to 06:45 of payment-reminder as the watchdog and slots list see them: DONE
+ * through the runner, STUCK half way, PARTIAL, and RELEASED by a run that never came back.
+ */
+async function fourWindows(clock: ManualClock) {
+  const w = await world(clock);
+  await w.runner.fire(job, new Date(at('06:00')));
+  await stuckWindow(w, '06:15');
+  await partialWindow(w, '06:30');
+  const released = await claimWindow(w, '06:45', at('06:45') + 5_000);
+  await w.backend.backend.claims.release(released, { kind: 'yield', runsWithoutProgress: 1 }, at('06:46'));
+  return w;
 }
 
 describe('slotguard slots list', () => {
@@ -279,8 +373,9 @@ describe('slotguard slots release', () => {
 
     const forced = await cli([...args, '--force'], clock);
     expect(forced.code).toBe(0);
+    // payment-reminder's deadline is its 15-minute gap: released at 06:45:02, the window has until 07:00:02.
     expect(forced.out).toContain(
-      'RUNNING at epoch 1 (holder replica-9) → RELEASED. The next delivery claims it at epoch 2',
+      'RUNNING at epoch 1 (holder replica-9) → RELEASED, deadline 2026-11-30T07:00:02Z. The next delivery claims it at epoch 2',
     );
     expect(await backend.backend.claims.read(slot)).toMatchObject({ state: 'RELEASED', epoch: 1 });
 
@@ -341,9 +436,6 @@ describe('slotguard backfill', () => {
   });
 
   describe('against AWS', () => {
-    const lambda = mockClient(LambdaClient);
-    afterEach(() => lambda.reset());
-
     it('invokes the deployed function asynchronously once per missed window, with its scheduled time and backfilled', async () => {
       lambda.on(InvokeCommand).resolves({ StatusCode: 202 });
       const clock = new ManualClock(at('07:00'));
@@ -400,6 +492,383 @@ describe('slotguard backfill', () => {
       ]);
       expect(out.code).toBe(2);
       expect(out.err).toContain('backfill there invokes the deployed function; pass --function NAME');
+    });
+  });
+});
+
+describe('slotguard watchdog', () => {
+  it('pages a weekly window that never ran (exit 1), and pages nothing once it has run', async () => {
+    const clock = new ManualClock(Date.parse('2026-11-30T06:20:00Z'));
+    const { backend, where } = await world(clock);
+    const missing = await cli(['watchdog', '--job', 'weekly-report', ...where], clock);
+    expect(missing.code).toBe(1);
+    expect(missing.out).toContain(
+      'weekly-report: cron(0 9 ? * MON *) Europe/Moscow, 1 windows from 2026-11-28T06:20:00Z to 2026-11-30T06:20:00Z (deadline 6 h, grace 15 min)',
+    );
+    expect(missing.out).toMatch(
+      /2026-11-30T06:00:00Z\s+Mon 2026-11-30 09:00 Europe\/Moscow\s+MISSING\s+-\s+2026-11-30T06:15:00Z\s+no slot record 20 min after/,
+    );
+    expect(missing.out).toContain('the watchdog pages (WindowMissing 1, WindowIncomplete 0)');
+
+    const slot = { jobId: 'weekly-report', window: '2026-11-30T06:00:00Z' };
+    const run = await backend.backend.claims.claim(
+      slot,
+      {
+        owner: 'replica-1/a',
+        leaseMs: 60_000,
+        maxAttempts: 3,
+        expiresAtSeconds: Date.parse(slot.window) / 1000 + 35 * 86_400,
+        deadline: Date.parse('2026-11-30T12:00:00Z'),
+        delivery: {},
+      },
+      clock.now(),
+    );
+    if (run.kind !== 'claimed') throw new Error(run.kind);
+    await backend.backend.claims.complete(
+      run.claim,
+      { done: 12_400, inDoubt: 0, failed: 0, inDoubtKeys: [], failedKeys: [], runs: 1 },
+      clock.now(),
+    );
+    const fine = await cli(['watchdog', '--job', 'weekly-report', ...where], clock);
+    expect(fine.code).toBe(0);
+    expect(fine.out).toMatch(/2026-11-30T06:00:00Z\s+Mon 2026-11-30 09:00 Europe\/Moscow\s+OK\s+DONE/);
+    expect(fine.out).toContain('1 ok, 0 partial, 0 missing, 0 incomplete, 0 pending: nothing would page.');
+  });
+
+  it('judges every window of the lookback: ok, stuck half way, partial, past its deadline, not yet due', async () => {
+    const clock = new ManualClock(at('07:10'));
+    const w = await fourWindows(clock);
+
+    const out = await cli(
+      ['watchdog', '--job', 'payment-reminder', '--lookback', '75m', '--json', ...w.where],
+      clock,
+    );
+    expect(out.code).toBe(1);
+    const report = JSON.parse(out.out) as {
+      counts: Record<string, number>;
+      windows: { window: string; verdict: string; state: string | null; reason: string }[];
+      deadlineMs: number;
+    };
+    expect(report.deadlineMs).toBe(REMINDER_DEADLINE);
+    expect(report.windows.map((x) => [x.window.slice(11, 16), x.verdict, x.state])).toEqual([
+      ['06:00', 'ok', 'DONE'],
+      ['06:15', 'incomplete', 'STUCK'],
+      ['06:30', 'partial', 'PARTIAL'],
+      ['06:45', 'incomplete', 'RELEASED'],
+      ['07:00', 'pending', null],
+    ]);
+    expect(report.counts).toEqual({ ok: 1, partial: 1, missing: 0, incomplete: 2, pending: 1 });
+    expect(report.windows[3]?.reason).toBe('RELEASED past its deadline 2026-11-30T07:00:00Z (10 min ago)');
+  });
+});
+
+describe('slotguard slots show and list for windows that did not finish cleanly', () => {
+  it('shows a PARTIAL window’s refused effects by hash, attempts and reason, and the re-drive that sends them', async () => {
+    const clock = new ManualClock(at('07:00'));
+    const w = await world(clock);
+    const { slot, hashes } = await partialWindow(w, '06:30');
+    const shown = await cli(
+      ['slots', 'show', '--job', 'payment-reminder', '--window', slot.window, ...w.where],
+      clock,
+    );
+    expect(shown.code).toBe(1);
+    expect(shown.out).toContain('state        PARTIAL  [partial]');
+    expect(shown.out).toContain('window       1 done, 0 in doubt, 2 failed, over 1 runs');
+    expect(shown.out).toContain('effects: 1 done, 0 in doubt, 0 under way, 2 refused');
+    expect(shown.out).toContain(`${hashes[1]}  5 attempts, rejected, for good`);
+    expect(shown.out).toContain(`${hashes[2]}  5 attempts, quota, for good`);
+    expect(shown.out).toContain(`slotguard effects redrive --job payment-reminder --window ${slot.window}`);
+    expect(shown.out).not.toMatch(/@example\.com|inv-/);
+    const json = JSON.parse(
+      (
+        await cli(
+          ['slots', 'show', '--job', 'payment-reminder', '--window', slot.window, '--json', ...w.where],
+          clock,
+        )
+      ).out,
+    ) as { effects: { failed: unknown[] }; effectCounts: { failed: number }; problems: string[] };
+    expect(json.effectCounts.failed).toBe(2);
+    expect(json.effects.failed).toContainEqual({ keyHash: hashes[1], attempts: 5, reason: 'rejected' });
+    expect(json.problems).toEqual(['partial']);
+  });
+
+  it('shows why a window is STUCK, where it would resume and its runs without progress', async () => {
+    const clock = new ManualClock(at('07:00'));
+    const w = await world(clock);
+    const { slot } = await stuckWindow(w, '06:15');
+    const shown = await cli(
+      ['slots', 'show', '--job', 'payment-reminder', '--window', slot.window, ...w.where],
+      clock,
+    );
+    expect(shown.code).toBe(1);
+    expect(shown.out).toContain('state        STUCK  [stuck]');
+    expect(shown.out).toContain('deadline     2026-11-30T06:30:00Z (passed 30 min ago)');
+    expect(shown.out).toContain('checkpoint   invoices at "2"; walk not finished');
+    expect(shown.out).toContain('no progress  in the last 3 runs (STUCK at 3 in a row)');
+    expect(shown.out).toContain(
+      'stuck        no progress in 3 consecutive runs (the last stopped: provider-failing)',
+    );
+    expect(shown.out).toContain('effects: 2 done, 0 in doubt, 0 under way, 0 refused');
+  });
+
+  it('shows a released window waiting for a refused effect’s retry, and a running holder’s progress', async () => {
+    const clock = new ManualClock(at('06:50'));
+    const w = await world(clock);
+    const { claims, ledger } = w.backend.backend;
+    const hashes = await invoiceHashes(w, '06:45');
+    const waiting = await claimWindow(w, '06:45', at('06:45') + 5_000);
+    await ledger.reserve(waiting, hashes[0]!, { rerunInDoubt: false, now: at('06:45') });
+    await ledger.recordFailure(waiting, hashes[0]!, {
+      attempts: 1,
+      retryAt: at('06:52'),
+      reason: 'throttled',
+    });
+    await claims.release(
+      waiting,
+      { kind: 'yield', runsWithoutProgress: 0, resumeAfter: at('06:52') },
+      at('06:46'),
+    );
+    const window = ['--job', 'payment-reminder', '--window', '2026-11-30T06:45:00Z'];
+    const shown = await cli(['slots', 'show', ...window, ...w.where], clock);
+    expect(shown.out).toContain('state        RELEASED (waiting until 2026-11-30T06:52:00Z)  [unfinished]');
+    expect(shown.out).toContain('deadline     2026-11-30T07:00:00Z (in 10 min)');
+    expect(shown.out).toContain(`${hashes[0]}  1 attempts, throttled, next retry 2026-11-30T06:52:00Z`);
+
+    const holder = await claimWindow(w, '06:30', at('06:50'));
+    await claims.checkpoint(
+      holder,
+      { positions: {}, walked: false },
+      { done: 2, skipped: 0, inDoubt: 0, failed: 0, retrying: 1, inDoubtKeys: [], failedKeys: [], epoch: 1 },
+    );
+    const running = await cli(
+      ['slots', 'show', '--job', 'payment-reminder', '--window', '2026-11-30T06:30:00Z', ...w.where],
+      clock,
+    );
+    expect(running.out).toContain(
+      "progress     the holder's run so far (epoch 1): 2 done, 0 skipped, 0 in doubt, 1 retrying, 0 failed",
+    );
+  });
+
+  it('counts STUCK, PARTIAL and past-deadline windows as problems in slots list', async () => {
+    const clock = new ManualClock(at('07:20'));
+    const w = await fourWindows(clock);
+    const listed = await cli(
+      [
+        'slots',
+        'list',
+        '--job',
+        'payment-reminder',
+        '--from',
+        '2026-11-30T06:00Z',
+        '--to',
+        '2026-11-30T06:50Z',
+        ...w.where,
+      ],
+      clock,
+    );
+    expect(listed.code).toBe(1);
+    expect(listed.out).toMatch(/06:15:00Z.*STUCK.*stuck/);
+    expect(listed.out).toMatch(/06:30:00Z.*PARTIAL.*\s2\s+partial/);
+    expect(listed.out).toMatch(/06:45:00Z.*RELEASED.*past deadline, unfinished/);
+    expect(listed.out).toContain('3 windows need a look');
+  });
+
+  it('releases a STUCK slot with a fresh deadline, so its next run resumes instead of going STUCK again', async () => {
+    const clock = new ManualClock(at('08:00'));
+    const w = await world(clock);
+    const { slot } = await stuckWindow(w, '06:15');
+    const released = await cli(
+      ['slots', 'release', '--job', 'payment-reminder', '--window', slot.window, ...w.where],
+      clock,
+    );
+    expect(released.code).toBe(0);
+    expect(released.out).toContain(
+      'STUCK at epoch 1 (holder replica-2) → RELEASED, deadline 2026-11-30T08:15:00Z',
+    );
+    expect(await w.backend.backend.claims.read(slot)).toMatchObject({
+      state: 'RELEASED',
+      runsWithoutProgress: 0,
+      deadline: at('08:15'),
+      checkpoint: { positions: { invoices: '2' }, walked: false },
+    });
+    const report = await w.runner.fire(job, new Date(at('06:15')));
+    expect(report).toMatchObject({ state: 'DONE', epoch: 2, done: 3 });
+    expect(sink.total()).toBe(1);
+  });
+});
+
+describe('slotguard effects redrive', () => {
+  const smtp = () => ['--smtp', `${sink.host}:${sink.port}`, '--invoices', String(INVOICES)];
+
+  it('sends a PARTIAL window’s refused effects once: clears them, reopens it, delivers it, nobody emailed twice', async () => {
+    const clock = new ManualClock(at('09:00'));
+    const w = await world(clock);
+    const { slot, hashes } = await partialWindow(w, '06:30');
+    const out = await cli(
+      ['effects', 'redrive', '--job', 'payment-reminder', '--window', slot.window, ...smtp(), ...w.where],
+      clock,
+    );
+    expect(out.code).toBe(0);
+    expect(out.out).toContain(
+      're-drove payment-reminder 2026-11-30T06:30:00Z: PARTIAL at epoch 1 → RELEASED, deadline 2026-11-30T09:15:00Z; cleared 2 refused effects',
+    );
+    expect(out.out).toContain(`${hashes[1]} (5 attempts, rejected)`);
+    expect(out.out).toContain('delivered: DONE epoch 2; effects 3 done, 0 in doubt');
+    // The invoice sent before is skipped; the two refused ones go out, once each.
+    expect(sink.total()).toBe(2);
+    expect(sink.duplicates()).toBe(0);
+    expect(await w.backend.backend.claims.read(slot)).toMatchObject({
+      state: 'DONE',
+      epoch: 2,
+      summary: { done: 3, failed: 0, runs: 2 },
+      delivery: { backfilled: true },
+    });
+    const watched = await cli(
+      ['watchdog', '--job', 'payment-reminder', '--lookback', '3h', '--json', ...w.where],
+      clock,
+    );
+    const verdicts = (JSON.parse(watched.out) as { windows: { window: string; verdict: string }[] }).windows;
+    expect(verdicts.find((x) => x.window === slot.window)?.verdict).toBe('ok');
+  });
+
+  it('re-drives only the --key named, and refuses a key that was not refused without writing anything', async () => {
+    const clock = new ManualClock(at('09:00'));
+    const w = await world(clock);
+    const { slot, hashes } = await partialWindow(w, '06:30');
+    const args = [
+      'effects',
+      'redrive',
+      '--job',
+      'payment-reminder',
+      '--window',
+      slot.window,
+      ...smtp(),
+      ...w.where,
+    ];
+
+    const notRefused = await cli([...args, '--key', hashes[1]!, '--key', hashes[0]!], clock);
+    expect(notRefused.code).toBe(1);
+    expect(notRefused.err).toContain(`${hashes[0]} is DONE`);
+    expect(notRefused.err).toContain('Nothing was written.');
+    expect(await w.backend.backend.claims.read(slot)).toMatchObject({ state: 'PARTIAL', epoch: 1 });
+    expect(await w.backend.backend.ledger.read(slot, hashes[1]!)).toMatchObject({ state: 'FAILED' });
+    expect(sink.total()).toBe(0);
+
+    const one = await cli([...args, '--key', hashes[1]!, '--json'], clock);
+    // The other refused invoice stays refused: the window finishes PARTIAL again, and says so.
+    expect(one.code).toBe(1);
+    expect(JSON.parse(one.out)).toMatchObject({
+      outcome: 'redriven',
+      cleared: [{ keyHash: hashes[1], attempts: 5, reason: 'rejected' }],
+      delivery: { ok: false, state: 'PARTIAL', epoch: 2 },
+    });
+    expect(sink.total()).toBe(1);
+    expect(await w.backend.backend.ledger.read(slot, hashes[2]!)).toMatchObject({
+      state: 'FAILED',
+      reason: 'quota',
+    });
+  });
+
+  it('refuses while a run holds the window under a live lease, deleting nothing', async () => {
+    const clock = new ManualClock(at('06:31'));
+    const w = await world(clock);
+    const hashes = await invoiceHashes(w, '06:30');
+    const live = await claimWindow(w, '06:30', at('06:30') + 30_000);
+    await w.backend.backend.ledger.reserve(live, hashes[0]!, { rerunInDoubt: false, now: at('06:30') });
+    await w.backend.backend.ledger.recordFailure(live, hashes[0]!, {
+      attempts: 1,
+      retryAt: at('06:32'),
+      reason: 'throttled',
+    });
+    const out = await cli(
+      [
+        'effects',
+        'redrive',
+        '--job',
+        'payment-reminder',
+        '--window',
+        '2026-11-30T06:30:00Z',
+        ...smtp(),
+        ...w.where,
+      ],
+      clock,
+    );
+    expect(out.code).toBe(1);
+    expect(out.err).toContain(
+      'a run (replica-9, epoch 1) holds it until 2026-11-30T06:31:30.000Z; wait for it to end',
+    );
+    expect(out.err).toContain('Nothing was written.');
+    expect(
+      await w.backend.backend.ledger.read(
+        { jobId: 'payment-reminder', window: '2026-11-30T06:30:00Z' },
+        hashes[0]!,
+      ),
+    ).toMatchObject({
+      state: 'FAILED',
+    });
+    expect(sink.total()).toBe(0);
+  });
+
+  describe('against AWS', () => {
+    it('re-drives the window and invokes the deployed function once, with its scheduled time', async () => {
+      lambda.on(InvokeCommand).resolves({ StatusCode: 202 });
+      const clock = new ManualClock(at('09:00'));
+      const w = await world(clock);
+      const { slot } = await stuckWindow(w, '06:15');
+      const out = await cli(
+        [
+          'effects',
+          'redrive',
+          '--job',
+          'payment-reminder',
+          '--window',
+          slot.window,
+          '--function',
+          'slotguard-payment-reminder',
+          ...w.where,
+        ],
+        clock,
+      );
+      expect(out.code).toBe(0);
+      expect(out.out).toContain(
+        'STUCK at epoch 1 → RELEASED, deadline 2026-11-30T09:15:00Z; no refused effect to clear',
+      );
+      expect(out.out).toContain('delivered: queued (202)');
+      const calls = lambda.commandCalls(InvokeCommand);
+      expect(calls).toHaveLength(1);
+      expect(calls[0]!.args[0].input).toMatchObject({
+        FunctionName: 'slotguard-payment-reminder',
+        InvocationType: 'Event',
+      });
+      const event = JSON.parse(
+        new TextDecoder().decode(calls[0]!.args[0].input.Payload as Uint8Array),
+      ) as Record<string, unknown>;
+      expect(event).toMatchObject({
+        jobId: 'payment-reminder',
+        scheduledTime: slot.window,
+        backfilled: true,
+      });
+      expect(event.executionId).toMatch(/^redrive-/);
+      expect(await w.backend.backend.claims.read(slot)).toMatchObject({
+        state: 'RELEASED',
+        deadline: at('09:15'),
+      });
+    });
+
+    it('refuses to re-drive an AWS table without --function, before reading anything', async () => {
+      const out = await cli([
+        'effects',
+        'redrive',
+        '--job',
+        'payment-reminder',
+        '--window',
+        '2026-11-30T06:15:00Z',
+        '--table',
+        'prod-claims',
+      ]);
+      expect(out.code).toBe(2);
+      expect(out.err).toContain('effects redrive there invokes the deployed function; pass --function NAME');
+      expect(lambda.commandCalls(InvokeCommand)).toHaveLength(0);
     });
   });
 });
@@ -554,6 +1023,18 @@ describe('slotguard usage, help and an unreachable backend', () => {
       /exactly one of --mark-done .* or --rerun/,
     ],
     [['slots', 'list', '--job', 'weekly-report', '--bogus'], /Unknown option '--bogus'/],
+    [
+      ['watchdog', '--job', 'weekly-report', '--lookback', '2x'],
+      /--lookback is "2x"; give a whole number and a unit/,
+    ],
+    [
+      ['watchdog', '--job', 'weekly-report', '--lookback', '900h', '--endpoint', 'http://127.0.0.1:9'],
+      /--lookback: a lookback of 37 d 12 h is not more than zero and at most 34 d/,
+    ],
+    [
+      ['effects', 'redrive', '--job', 'weekly-report', '--window', '2026-11-30T06:00:00Z', '--key', 'nothex'],
+      /--key is "nothex"; give a refused effect's hash/,
+    ],
     [['slots', 'lst'], /unknown command "slots lst"/],
   ])('exits 2 with what was wrong: %j', async (argv, message) => {
     const out = await cli(argv);
@@ -569,6 +1050,8 @@ describe('slotguard usage, help and an unreachable backend', () => {
       'slots show',
       'slots release',
       'effects resolve',
+      'effects redrive',
+      'watchdog',
       'backfill',
       'schedules list',
       'schedules pause',

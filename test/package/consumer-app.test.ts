@@ -54,6 +54,7 @@ interface PackageJson {
 
 /** The template properties this test reads. */
 interface TemplateProperties {
+  readonly Description?: string;
   readonly ScheduleExpression?: string;
   readonly ScheduleExpressionTimezone?: string;
   readonly Code?: { readonly S3Key?: unknown };
@@ -301,8 +302,11 @@ describe('a CDK app outside the repository, on the packed package', () => {
       Resources: Record<string, { Type: string; Properties: TemplateProperties }>;
     };
     const ofType = (type: string) => Object.values(template.Resources).filter((r) => r.Type === type);
-    const [schedule] = ofType('AWS::Scheduler::Schedule');
-    expect(ofType('AWS::Scheduler::Schedule')).toHaveLength(1);
+    // The job's own schedule and the watchdog's schedule for it.
+    expect(ofType('AWS::Scheduler::Schedule')).toHaveLength(2);
+    const schedule = ofType('AWS::Scheduler::Schedule').find(
+      (s) => s.Properties.Description === 'slotguard job daily-digest',
+    );
     expect(schedule!.Properties.ScheduleExpression).toBe('cron(0 7 * * ? *)');
     expect(schedule!.Properties.ScheduleExpressionTimezone).toBe('Europe/Berlin');
     const functions = ofType('AWS::Lambda::Function').filter(

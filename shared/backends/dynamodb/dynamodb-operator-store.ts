@@ -11,11 +11,13 @@ import type {
   OperatorRequest,
   OperatorStore,
   OperatorWriteOutcome,
+  RedriveOutcome,
+  RedriveRequest,
   RefusalReason,
   ReleaseRequest,
   ResolveEffectOutcome,
 } from '../../slot/operator-ports.js';
-import { EffectState, type SlotRecord, SlotState } from '../../slot/ports.js';
+import { type EffectRecord, EffectState, type SlotRecord, SlotState } from '../../slot/ports.js';
 import type { Slot } from '../../slot/slot.js';
 import { num, str } from './attribute-values.js';
 import { SlotAttribute as A, DynamoClaimStore } from './dynamodb-claim-store.js';
@@ -31,7 +33,7 @@ export interface DynamoOperatorStoreOptions {
 /** Who last acted on a slot or an effect from outside a run, for whoever reads the item next. */
 const OPERATOR_ACTION = 'operatorAction';
 /** The effect ledger's attribute names (dynamodb-effect-ledger.ts writes them). */
-const FX = { state: 'state', epoch: 'epoch', owner: 'owner' } as const;
+const FX = { state: 'state', epoch: 'epoch', owner: 'owner', attempts: 'attempts' } as const;
 
 /**
  * The operator's writes on the DynamoDB claims table: each one conditional UpdateItem or DeleteItem,
@@ -55,22 +57,26 @@ export class DynamoOperatorStore implements OperatorStore {
   /*
    * Timeline of a forced release:
    *   t0  operator reads the slot: RUNNING, epoch 3, lease ended at t0 - 5 min (holder crashed)
-   *   t1  UpdateItem if epoch = 3 AND (FAILED OR RUNNING with leaseUntil < t1) → RELEASED, failures 0
-   *   t2  next delivery claims it (RELEASED): epoch 4, skips every effect done
+   *   t1  UpdateItem if epoch = 3 AND (FAILED OR STUCK OR RUNNING with leaseUntil < t1)
+   *       → RELEASED, failures 0, runs without progress 0, no retry wait, the new deadline if given
+   *   t2  next delivery claims it (RELEASED): epoch 4, resumes from the checkpoint, skips every effect done
    * Had a delivery taken the slot over between t0 and t1, its epoch 4 fails the condition: the
    * operator is told, and the live run is left alone. With `evenIfLeaseLive` the lease clause goes;
    * the holder at epoch 3 is then fenced at its next renewal, mark or completion.
    */
   async forceRelease(slot: Slot, request: ReleaseRequest): Promise<OperatorWriteOutcome> {
     const releasable = request.evenIfLeaseLive
-      ? '(#state = :running OR #state = :failed)'
-      : '(#state = :failed OR (#state = :running AND #leaseUntil < :now))';
+      ? '(#state = :running OR #state = :failed OR #state = :stuck)'
+      : '(#state = :failed OR #state = :stuck OR (#state = :running AND #leaseUntil < :now))';
     return this.#slotWrite(slot, request, {
       action: request.evenIfLeaseLive ? 'force-released' : 'released',
-      update: 'SET #state = :released, #leaseUntil = :now, #failures = :zero, #operatorAction = :action',
+      update: givingBack(request),
       condition: `#epoch = :expected AND ${releasable}`,
-      values: { ':running': str(SlotState.Running), ':failed': str(SlotState.Failed), ':zero': num(0) },
-      names: [A.state, A.leaseUntil, A.failures, A.epoch],
+      values: {
+        ':running': str(SlotState.Running),
+        ':failed': str(SlotState.Failed),
+        ':stuck': str(SlotState.Stuck),
+      },
       isDone: (record) => record.state === SlotState.Released && record.epoch === request.expectedEpoch,
       refusal: (current) =>
         current.epoch !== request.expectedEpoch
@@ -83,22 +89,76 @@ export class DynamoOperatorStore implements OperatorStore {
 
   /*
    * Timeline of a reopen:
-   *   t0  operator reads the slot: DONE, epoch 2
-   *   t1  UpdateItem if epoch = 2 AND state = DONE → RELEASED (completedAt removed)
-   *   t2  next delivery claims it: epoch 3, skips every effect DONE, performs the ones cleared
+   *   t0  operator reads the slot: DONE (or PARTIAL), epoch 2
+   *   t1  UpdateItem if epoch = 2 AND state = DONE or PARTIAL → RELEASED (completedAt and the
+   *       checkpoint removed, the new deadline if given)
+   *   t2  next delivery claims it: epoch 3, walks the job from the start, skips every effect DONE,
+   *       performs the ones cleared
    */
   async reopen(slot: Slot, request: OperatorRequest): Promise<OperatorWriteOutcome> {
     return this.#slotWrite(slot, request, {
       action: 'reopened',
-      update:
-        'SET #state = :released, #leaseUntil = :now, #failures = :zero, #operatorAction = :action ' +
-        'REMOVE #completedAt',
-      condition: '#epoch = :expected AND #state = :done',
-      values: { ':done': str(SlotState.Done), ':zero': num(0) },
-      names: [A.state, A.leaseUntil, A.failures, A.epoch, A.completedAt],
+      update: givingBack(request, { rewalk: true }),
+      condition: '#epoch = :expected AND (#state = :done OR #state = :partial)',
+      values: { ':done': str(SlotState.Done), ':partial': str(SlotState.Partial) },
       isDone: (record) => record.state === SlotState.Released && record.epoch === request.expectedEpoch,
       refusal: (current) => (current.epoch !== request.expectedEpoch ? 'epoch-moved' : 'state'),
     });
+  }
+
+  /*
+   * Timeline of a re-drive (PARTIAL at epoch 2, effects bb and cc FAILED):
+   *   t0  operator reads the slot: PARTIAL, epoch 2
+   *   t1  UpdateItem on the slot if epoch = 2 AND no live lease (records the action): no run is
+   *       working on it, and it is as the operator saw it
+   *   t2  each FAILED effect: DeleteItem if it is still that exact refusal (FAILED, epoch, owner,
+   *       attempts): a record a run re-reserved meanwhile is left to that run
+   *   t3  UpdateItem if epoch = 2 AND no live lease → RELEASED, the new deadline, runs without
+   *       progress 0, no checkpoint, no retry wait
+   *   t4  a delivery claims it: epoch 3, walks the job, skips what is done, performs bb and cc
+   * The effects go first: a crash between t2 and t3 leaves the slot PARTIAL with fewer failures on
+   * record, and the same command run again finishes the job. A cleared effect was refused before it
+   * was performed, so performing it at t4 is its first time.
+   */
+  async redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome> {
+    const guard = await this.#slotWrite(slot, request, noLiveRun(request, 'redrive'));
+    if (guard.kind === 'absent') return guard;
+    if (guard.kind === 'refused') return { ...guard, cleared: [] };
+
+    const wanted = request.keyHashes ? [...new Set(request.keyHashes)] : undefined;
+    const failed: EffectRecord[] = [];
+    if (wanted) {
+      const found = await Promise.all(
+        wanted.map(async (keyHash) => ({ keyHash, current: await this.#ledger.read(slot, keyHash) })),
+      );
+      const notFailed = found.filter(({ current }) => current?.state !== EffectState.Failed);
+      if (notFailed.length > 0) return { kind: 'effects-not-failed', effects: notFailed };
+      for (const { current } of found) failed.push(current!);
+    } else {
+      for await (const effect of this.#ledger.list(slot)) {
+        if (effect.state === EffectState.Failed) failed.push(effect);
+      }
+    }
+    const cleared: EffectRecord[] = [];
+    for (const effect of failed) {
+      if (await this.#deleteExactly(slot, effect)) cleared.push(effect);
+    }
+
+    const reopened = await this.#slotWrite(slot, request, {
+      ...noLiveRun(request, 'redriven'),
+      update: givingBack(request, { rewalk: true }),
+      isDone: (record) => record.state === SlotState.Released && record.epoch === request.expectedEpoch,
+    });
+    switch (reopened.kind) {
+      case 'ok':
+        return { kind: 'redriven', record: reopened.record, cleared };
+      case 'refused':
+        return { ...reopened, cleared };
+      case 'absent':
+        return reopened;
+      default:
+        return reopened satisfies never;
+    }
   }
 
   /*
@@ -108,7 +168,7 @@ export class DynamoOperatorStore implements OperatorStore {
    *       as the operator saw it, and no run is working on it
    *   t2  the effect: done → UpdateItem to DONE; clear → DeleteItem; both only if it is still that
    *       exact reservation (RESERVED, epoch 1, owner o1)
-   *   t3  clear on a DONE slot: reopen it, fenced on epoch 2, so a later delivery performs it
+   *   t3  clear on a DONE or PARTIAL slot: reopen it, fenced on epoch 2, so a later delivery performs it
    * A delivery claiming the slot between t1 and t2 finds the effect RESERVED by an earlier epoch and
    * leaves it in doubt (never performs it), so the effect runs at most once whichever write lands
    * first. If it also completed before t3, the reopen is refused and the outcome says so.
@@ -119,30 +179,17 @@ export class DynamoOperatorStore implements OperatorStore {
     resolution: EffectResolution,
     request: OperatorRequest,
   ): Promise<ResolveEffectOutcome> {
-    const guard = await this.#slotWrite(slot, request, {
-      action: `${resolution === 'done' ? 'marked-done' : 'cleared'} ${keyHash}`,
-      update: 'SET #operatorAction = :action',
-      condition:
-        '#epoch = :expected AND attribute_exists(#state) AND NOT (#state = :running AND #leaseUntil >= :now)',
-      values: { ':running': str(SlotState.Running) },
-      names: [A.epoch, A.state, A.leaseUntil],
-      isDone: () => false,
-      refusal: (current) =>
-        current.epoch !== request.expectedEpoch
-          ? 'epoch-moved'
-          : current.state === SlotState.Running && current.leaseEndsAt >= request.now
-            ? 'lease-live'
-            : 'state',
-    });
+    const guard = await this.#slotWrite(
+      slot,
+      request,
+      noLiveRun(request, `${resolution === 'done' ? 'marked-done' : 'cleared'} ${keyHash}`),
+    );
     if (guard.kind !== 'ok') return guard;
 
     const before = await this.#ledger.read(slot, keyHash);
     if (!before) return { kind: 'effect-absent' };
     if (before.state !== EffectState.Reserved) return { kind: 'effect-not-in-doubt', current: before };
-    const key = {
-      [TableLayout.partitionKey]: str(effectPartitionKey(slot.jobId, slot.window, keyHash)),
-      [TableLayout.sortKey]: str(keyHash),
-    };
+    const key = effectKey(slot, keyHash);
     const exactReservation = {
       ConditionExpression: '#state = :reserved AND #epoch = :epoch AND #owner = :owner',
       ExpressionAttributeNames: { '#state': FX.state, '#epoch': FX.epoch, '#owner': FX.owner },
@@ -190,10 +237,45 @@ export class DynamoOperatorStore implements OperatorStore {
     }
 
     let slotReopened = false;
-    if (resolution === 'clear' && guard.record.state === SlotState.Done) {
+    if (
+      resolution === 'clear' &&
+      (guard.record.state === SlotState.Done || guard.record.state === SlotState.Partial)
+    ) {
       slotReopened = (await this.reopen(slot, request)).kind === 'ok';
     }
     return { kind: 'resolved', resolution, before, slotReopened };
+  }
+
+  /** Deletes a FAILED effect if it is still the refusal read; true when it is gone. */
+  async #deleteExactly(slot: Slot, effect: EffectRecord): Promise<boolean> {
+    const attempts = effect.attempts > 0 ? '#attempts = :attempts' : 'attribute_not_exists(#attempts)';
+    try {
+      await this.#client.send(
+        new DeleteItemCommand({
+          TableName: this.#table,
+          Key: effectKey(slot, effect.keyHash),
+          ConditionExpression: `#state = :failed AND #epoch = :epoch AND #owner = :owner AND ${attempts}`,
+          ExpressionAttributeNames: {
+            '#state': FX.state,
+            '#epoch': FX.epoch,
+            '#owner': FX.owner,
+            '#attempts': FX.attempts,
+          },
+          ExpressionAttributeValues: {
+            ':failed': str(EffectState.Failed),
+            ':epoch': num(effect.epoch),
+            ':owner': str(effect.owner),
+            ...(effect.attempts > 0 ? { ':attempts': num(effect.attempts) } : {}),
+          },
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw storeError('redrive', slot, error);
+      // Gone is what we wanted (our own delete whose reply was lost, retried by the SDK); anything
+      // else is a record a run changed since: left to that run.
+      return (await this.#ledger.read(slot, effect.keyHash)) === undefined;
+    }
   }
 
   async #slotWrite(
@@ -204,14 +286,13 @@ export class DynamoOperatorStore implements OperatorStore {
       readonly update: string;
       readonly condition: string;
       readonly values: Record<string, AttributeValue>;
-      readonly names: readonly string[];
       /** A failed condition that finds this record means the write had already happened. */
       readonly isDone: (record: SlotRecord) => boolean;
       readonly refusal: (current: SlotRecord) => RefusalReason;
     },
   ): Promise<OperatorWriteOutcome> {
     const names: Record<string, string> = { '#operatorAction': OPERATOR_ACTION };
-    for (const name of write.names) names[`#${name}`] = name;
+    for (const name of Object.values(A)) names[`#${name}`] = name;
     try {
       await this.#client.send(
         new UpdateItemCommand({
@@ -230,6 +311,8 @@ export class DynamoOperatorStore implements OperatorStore {
           ExpressionAttributeValues: Object.fromEntries(
             Object.entries({
               ...write.values,
+              ':zero': num(0),
+              ...(request.deadline !== undefined ? { ':deadline': num(request.deadline) } : {}),
               ':expected': num(request.expectedEpoch),
               ':now': num(request.now),
               ':released': str(SlotState.Released),
@@ -251,6 +334,52 @@ export class DynamoOperatorStore implements OperatorStore {
     if (!record) return { kind: 'absent' };
     return { kind: 'ok', record };
   }
+}
+
+function effectKey(slot: Slot, keyHash: string): Record<string, AttributeValue> {
+  return {
+    [TableLayout.partitionKey]: str(effectPartitionKey(slot.jobId, slot.window, keyHash)),
+    [TableLayout.sortKey]: str(keyHash),
+  };
+}
+
+/**
+ * The SET and REMOVE of a write that gives the slot back (see OperatorStore): RELEASED, failures and
+ * runs without progress 0, no retry wait, the request's deadline if it has one. `rewalk` also drops
+ * what a finished or re-driven window no longer needs: its completion time and its checkpoint.
+ */
+function givingBack(request: OperatorRequest, options: { readonly rewalk?: boolean } = {}): string {
+  const sets = [
+    '#state = :released',
+    '#leaseUntil = :now',
+    '#failures = :zero',
+    '#noProgress = :zero',
+    '#operatorAction = :action',
+  ];
+  if (request.deadline !== undefined) sets.push('#deadline = :deadline');
+  const removes = ['#resumeAfter', ...(options.rewalk ? ['#completedAt', '#checkpoint', '#progress'] : [])];
+  return `SET ${sets.join(', ')} REMOVE ${removes.join(', ')}`;
+}
+
+/**
+ * A slot write that changes nothing but the operator's note, conditioned on the epoch read and on no
+ * run holding a live lease: the guard before writes to a slot's effects.
+ */
+function noLiveRun(request: OperatorRequest, action: string) {
+  return {
+    action,
+    update: 'SET #operatorAction = :action',
+    condition:
+      '#epoch = :expected AND attribute_exists(#state) AND NOT (#state = :running AND #leaseUntil >= :now)',
+    values: { ':running': str(SlotState.Running) },
+    isDone: (_record: SlotRecord) => false,
+    refusal: (current: SlotRecord): RefusalReason =>
+      current.epoch !== request.expectedEpoch
+        ? 'epoch-moved'
+        : current.state === SlotState.Running && current.leaseEndsAt >= request.now
+          ? 'lease-live'
+          : 'state',
+  };
 }
 
 function storeError(operation: string, slot: Slot, cause: unknown): StoreError {

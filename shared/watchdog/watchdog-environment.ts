@@ -1,0 +1,57 @@
+import { createDynamoClient } from '../backends/dynamodb/dynamodb-backend.js';
+import { DynamoClaimStore } from '../backends/dynamodb/dynamodb-claim-store.js';
+import type { EffectKeyHasher } from '../effects/effect-key.js';
+import { SlotguardError } from '../errors.js';
+import { backendKind, type Env, registeredBackend, requiredVariable } from '../job/environment-backend.js';
+import { BackendKind, RuntimeEnv } from '../job/runtime-env.js';
+import { jsonLog } from '../telemetry/log.js';
+import { emfMetrics } from '../telemetry/metrics.js';
+import { createWatchdogHandler, type SlotReader } from './watchdog-lambda.js';
+
+/**
+ * The watchdog's handler configured from its function's environment, the way jobHandlerFromEnvironment
+ * configures a job's: SLOTGUARD_BACKEND picks DynamoDB (SLOTGUARD_TABLE_NAME, DYNAMODB_ENDPOINT) or a
+ * registered backend such as Postgres (its PostgresRuntimeEnv variables; the bundle must include
+ * shared/job/lambda-environment-postgres.ts). Misconfiguration fails at cold start, naming the
+ * variable. No effect-key secret: the watchdog reads slot records only.
+ * @example export const handler = watchdogHandlerFromEnvironment(process.env);
+ */
+export function watchdogHandlerFromEnvironment(env: Env = process.env) {
+  return createWatchdogHandler({
+    claims: watchdogClaimsFromEnvironment(env),
+    metrics: (jobId) => emfMetrics({ jobId }),
+    log: (jobId) => jsonLog(jobId),
+  });
+}
+
+/**
+ * The claim store the environment names, checked now and connected on first use. Only its `read`
+ * is used, which is why the function needs nothing but read access to the slot items
+ * (dynamodb:GetItem, or SELECT on the slots table).
+ */
+export function watchdogClaimsFromEnvironment(env: Env): () => Promise<SlotReader> {
+  const kind = backendKind(env);
+  if (kind === BackendKind.DynamoDB) {
+    const tableName = requiredVariable(env, RuntimeEnv.tableName);
+    const endpoint = env[RuntimeEnv.dynamodbEndpoint];
+    return async () =>
+      new DynamoClaimStore({ client: createDynamoClient(endpoint ? { endpoint } : {}), tableName });
+  }
+  const connect = registeredBackend(kind)(env, {
+    jobId: 'watchdog',
+    // One audit reads eight slots at a time through one or two connections: the pool's floor.
+    effectConcurrency: 1,
+    hashKey: async () => hashesNoEffectKeys,
+  });
+  return async () => (await connect()).claims;
+}
+
+/**
+ * The hasher a registered backend is built with for the watchdog, which has no effect-key secret
+ * and hashes nothing: reading slot records needs no effect key.
+ */
+const hashesNoEffectKeys: EffectKeyHasher = () => {
+  throw new SlotguardError(
+    'the watchdog reads slot records only and has no effect-key secret; an effect key was hashed, which is a bug',
+  );
+};
