@@ -5,6 +5,8 @@ import type {
   OperatorRequest,
   OperatorStore,
   OperatorWriteOutcome,
+  RedriveOutcome,
+  RedriveRequest,
   RefusalReason,
   ReleaseRequest,
   ResolveEffectOutcome,
@@ -72,10 +74,13 @@ type Refusal = Extract<OperatorWriteOutcome, { kind: 'absent' | 'refused' }>;
  * locks the slot row first, so no claim or reservation of that slot can interleave, and a failure
  * anywhere leaves nothing written.
  *
- * The states of windows that finish across runs: a STUCK slot is released like a FAILED one (and
- * its runs without progress reset with its failures); a PARTIAL slot reopens like a DONE one, and
- * clearing an effect of a PARTIAL slot reopens it too. A FAILED effect is not in doubt (it was
- * refused before it was performed), so resolveEffect answers it effect-not-in-doubt.
+ * Windows that finish across runs: a STUCK slot is released like a FAILED one, a PARTIAL slot
+ * reopens like a DONE one (also when an effect of it is cleared), and a re-drive clears a window's
+ * FAILED effects and gives it back in the same transaction. Every write that gives a slot back
+ * resets its failures and runs without progress, drops its retry wait and takes the request's
+ * deadline; a reopen and a re-drive also drop its checkpoint, so the next run walks the job again.
+ * A FAILED effect is not in doubt (it was refused before it was performed): resolveEffect answers
+ * it effect-not-in-doubt, and a re-drive is what clears it.
  * @example
  * const operator = new PostgresOperatorStore({ pool: createPostgresPool({ connectionString }), schema: 'slotguard' });
  * await operator.forceRelease(slot, { expectedEpoch: record.epoch, now: Date.now(), evenIfLeaseLive: false });
@@ -108,6 +113,7 @@ export class PostgresOperatorStore implements OperatorStore {
     return this.#slotWrite('forceRelease', slot, request, this.#sql.forceReleaseSlot, true, [
       this.#actionText(action, request),
       request.evenIfLeaseLive,
+      deadlineOf(request),
     ]);
   }
 
@@ -117,7 +123,62 @@ export class PostgresOperatorStore implements OperatorStore {
     // A live lease is not why a reopen is refused: only a DONE or PARTIAL slot reopens, and neither has one.
     return this.#slotWrite('reopen', slot, request, this.#sql.reopenSlot, false, [
       this.#actionText('reopened', request),
+      deadlineOf(request),
     ]);
+  }
+
+  /*
+   * Timeline of a re-drive (PARTIAL at epoch 2, effects bb and cc FAILED), one transaction:
+   *   t0  operator reads the slot: PARTIAL, epoch 2
+   *   t1  sql.lockSlotForOperator: the slot row, locked, only if still epoch 2 with no live lease;
+   *       a claim, a reservation or a retry of this window now waits for the operator's commit
+   *   t2  named effects: locked and read (sql.lockEffects); one that is not FAILED → answered,
+   *       nothing written. Then sql.deleteFailedEffects: bb and cc, as they are under the lock
+   *   t3  sql.redriveSlot → RELEASED, the new deadline, runs without progress 0, no checkpoint
+   *   t4  a delivery claims it: epoch 3, walks the job, skips what is done, performs bb and cc once
+   * Unlike the DynamoDB store's separate writes, no run can re-reserve an effect between its read and
+   * its deletion, and a failure anywhere leaves nothing written. If COMMIT's reply is lost, the
+   * executor runs the transaction again: the slot is RELEASED at the same epoch and re-driven again,
+   * with nothing left to clear (a named effect then reads as gone: effects-not-failed).
+   */
+  async redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome> {
+    slot = canonicalSlot(slot);
+    const named = request.keyHashes ? [...new Set(request.keyHashes)] : undefined;
+    for (const keyHash of named ?? []) assertKeyHash(keyHash);
+    const base = this.#params(slot, request);
+    const sql = this.#sql;
+    return this.#transaction('redrive', slot, async (query): Promise<RedriveOutcome> => {
+      const [guarded] = await query<SlotRow>(sql.lockSlotForOperator, base);
+      if (!guarded) {
+        const refusal = await this.#refusal(query, slot, request, true);
+        return refusal.kind === 'absent' ? refusal : { ...refusal, cleared: [] };
+      }
+      if (named) {
+        const rows = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, named]);
+        const found = new Map(rows.map((row) => [row.key_hash, toEffectRecord(row)]));
+        const notFailed = named
+          .map((keyHash) => ({ keyHash, current: found.get(keyHash) }))
+          .filter(({ current }) => current?.state !== EffectState.Failed);
+        if (notFailed.length > 0) return { kind: 'effects-not-failed', effects: notFailed };
+      }
+      const cleared = await query<EffectRow>(sql.deleteFailedEffects, [
+        slot.jobId,
+        slot.window,
+        named ?? null,
+      ]);
+      const [released] = await query<SlotRow>(sql.redriveSlot, [
+        ...base,
+        this.#actionText(`redriven (${cleared.length} failed effects cleared)`, request),
+        deadlineOf(request),
+      ]);
+      if (!released) {
+        throw new StoreError(
+          'redrive',
+          `slot ${slot.jobId} ${slot.window} changed while locked; this should not happen, please report it with the slot row`,
+        );
+      }
+      return { kind: 'redriven', record: toRecord(slot, released), cleared: cleared.map(toEffectRecord) };
+    });
   }
 
   /*
@@ -127,7 +188,8 @@ export class PostgresOperatorStore implements OperatorStore {
    *   t1  sql.lockSlotForOperator: the slot row, locked, only if still epoch 2 with no live lease
    *   t2  the effect, locked and read: absent or DONE → answered, nothing written; else
    *       sql.markEffectDoneByOperator or sql.clearEffect on that exact reservation
-   *   t3  clear on a DONE slot: sql.reopenSlot (fenced on epoch 2); otherwise sql.noteOperatorAction
+   *   t3  clear on a DONE or PARTIAL slot: sql.reopenSlot (fenced on epoch 2, with the request's
+   *       deadline); otherwise sql.noteOperatorAction
    * A delivery that fires meanwhile waits on the slot row's lock and then claims epoch 3, seeing the
    * effect DONE or gone: never performed twice, and (unlike the DynamoDB store's separate writes)
    * the reopen cannot be lost to a run that completed between t2 and t3.
@@ -151,7 +213,7 @@ export class PostgresOperatorStore implements OperatorStore {
       if (!guarded) return this.#refusal(query, slot, request, true);
 
       const key = [slot.jobId, slot.window, keyHash];
-      const [row] = await query<OperatorEffectRow>(sql.lockEffect, key);
+      const [row] = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, [keyHash]]);
       if (!row) return { kind: 'effect-absent' };
       // What the operator resolved: a reservation (also when this is our own mark, committed by a
       // try whose reply was lost, and the row already reads DONE).
@@ -185,7 +247,7 @@ export class PostgresOperatorStore implements OperatorStore {
       );
       let slotReopened = false;
       if (resolution === 'clear' && FINISHED.includes(guarded.state)) {
-        slotReopened = (await query(sql.reopenSlot, [...base, slotAction])).length > 0;
+        slotReopened = (await query(sql.reopenSlot, [...base, slotAction, deadlineOf(request)])).length > 0;
       } else {
         await query(sql.noteOperatorAction, [slot.jobId, slot.window, request.expectedEpoch, slotAction]);
       }
@@ -266,6 +328,12 @@ export class PostgresOperatorStore implements OperatorStore {
         `expectedEpoch is ${request.expectedEpoch}; pass the whole-number epoch of the slot as just read`,
       );
     }
+    if (request.deadline !== undefined && !Number.isFinite(request.deadline)) {
+      throw new ConfigurationError(
+        'deadline',
+        `deadline is ${request.deadline}; pass the window's new deadline in epoch milliseconds, or leave it out to keep the window's`,
+      );
+    }
     return [slot.jobId, slot.window, request.expectedEpoch, this.#now(request)];
   }
 
@@ -278,6 +346,10 @@ export class PostgresOperatorStore implements OperatorStore {
     return `${action} by an operator at ${iso(request.now)}`;
   }
 }
+
+/** The `$deadline` parameter of a write that gives the slot back: NULL keeps the window's. */
+const deadlineOf = (request: OperatorRequest) =>
+  request.deadline !== undefined ? new Date(request.deadline) : null;
 
 /** The finished states a reopen turns back into RELEASED (sql.reopenSlot). */
 const FINISHED: readonly (SlotState | null)[] = [SlotState.Done, SlotState.Partial];

@@ -49,6 +49,19 @@ const SLOT_COLUMNS = `state, owner, epoch, lease_until, attempts, failures, max_
 /** The effect columns every read decodes (see EffectRow in the ledger). */
 const EFFECT_COLUMNS = 'key_hash, state, epoch, owner, attempts, retry_at, reason';
 
+/**
+ * The SET list of an operator's write that gives a slot back (OperatorStore): RELEASED, the lease
+ * ended now, failures and runs without progress 0, no retry wait, the operator's note, and the new
+ * deadline when one is given (else the window's stays).
+ */
+const givenBack = (nowParam: string, actionParam: string, deadlineParam: string) =>
+  `state = 'RELEASED', lease_until = ${now(nowParam)}, failures = 0, runs_without_progress = 0,
+        resume_after = NULL, operator_action = ${actionParam},
+        deadline = COALESCE(${deadlineParam}::timestamptz, deadline)`;
+
+/** What a window given back to be walked again (reopen, re-drive) no longer needs. */
+const REWALK = 'checkpoint = NULL, progress = NULL, completed_at = NULL';
+
 /** `state IN ('A', 'B', …)`: the CHECK on a state column, listing every state of this version. */
 const stateCheck = (states: readonly string[]) => `state IN (${states.map((v) => `'${v}'`).join(', ')})`;
 
@@ -329,26 +342,29 @@ export function sqlFor(schema: string) {
     /*
      * The operator's statements (PostgresOperatorStore). Each write is fenced on the epoch the
      * operator read ($3) and records what was done in operator_action ($5), for whoever reads the
-     * row next. `$4` is the clock the lease end is judged by, as in the runtime's statements.
+     * row next. `$4` is the clock the lease end is judged by, as in the runtime's statements. Every
+     * write that gives a slot back (see `givenBack`) takes the operator's new deadline when one is
+     * given ($6 or $7, NULL to keep the window's), resets the failures and the runs without progress
+     * and drops any retry wait; the ones that re-walk the window (reopen, re-drive) also drop its
+     * checkpoint, its last run's counts and its completion time.
      */
 
     /*
      * Timeline of a forced release:
      *   t0  operator reads the slot: RUNNING, epoch 3, lease ended at t0 - 5 min (holder crashed)
      *   t1  UPDATE where epoch = 3 AND (FAILED, STUCK, or RUNNING with lease_until < t1)
-     *       → RELEASED, failures 0, runs without progress 0
+     *       → RELEASED, given back (the checkpoint kept)
      *   t2  the next delivery claims it (RELEASED): epoch 4, resumes from the checkpoint, skips
      *       every effect done
      * A takeover between t0 and t1 made the epoch 4: no row matches and the live run is left alone.
      * With $6 (evenIfLeaseLive) the lease clause goes; the holder at epoch 3 is then fenced at its
      * next renewal, reservation or completion, all conditioned on its epoch and RUNNING. A STUCK
-     * window is given back like a FAILED one, with fresh budgets of failed runs and of runs without
-     * progress; its deadline is kept.
-     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 even if the lease is live.
+     * window past its deadline needs the new deadline ($7), or its next claim makes it STUCK again.
+     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 even if the lease is live,
+     * $7 new deadline or NULL.
      */
     forceReleaseSlot: `
-      UPDATE ${slots} SET state = 'RELEASED', lease_until = ${now('$4')}, failures = 0, runs_without_progress = 0,
-        operator_action = $5
+      UPDATE ${slots} SET ${givenBack('$4', '$5', '$7')}
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
         AND (state IN ('FAILED', 'STUCK') OR (state = 'RUNNING' AND ($6::boolean OR lease_until < ${now('$4')})))
       RETURNING ${SLOT_COLUMNS}, claimer_clock`,
@@ -356,16 +372,42 @@ export function sqlFor(schema: string) {
     /*
      * Timeline of a reopen:
      *   t0  operator reads the slot: DONE (or PARTIAL), epoch 2
-     *   t1  UPDATE where epoch = 2 AND state is DONE or PARTIAL → RELEASED, completed_at cleared
-     *       (summary kept)
-     *   t2  the next delivery claims it: epoch 3, skips every effect DONE, performs the ones cleared
-     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action.
+     *   t1  UPDATE where epoch = 2 AND state is DONE or PARTIAL → RELEASED, given back for a
+     *       re-walk (no checkpoint, no completion time; the summary kept)
+     *   t2  the next delivery claims it: epoch 3, walks the job from the start, skips every effect
+     *       DONE, performs the ones cleared
+     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 new deadline or NULL.
      */
     reopenSlot: `
-      UPDATE ${slots} SET state = 'RELEASED', lease_until = ${now('$4')}, failures = 0, completed_at = NULL,
-        operator_action = $5
+      UPDATE ${slots} SET ${givenBack('$4', '$5', '$6')}, ${REWALK}
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3 AND state IN ('DONE', 'PARTIAL')
       RETURNING ${SLOT_COLUMNS}, claimer_clock`,
+
+    /*
+     * Timeline of a re-drive (one transaction, after lockSlotForOperator at t1):
+     *   t2  deleteFailedEffects: the window's FAILED effects (or those named), as they are under
+     *       the slot's lock, which every reservation and retry waits for
+     *   t3  this UPDATE → RELEASED, given back for a re-walk, whatever the state the guard allowed
+     *       (any but RUNNING under a live lease); it always matches inside that transaction
+     *   t4  a delivery claims it: epoch + 1, walks the job, skips what is done, leaves what is in
+     *       doubt in doubt, performs the cleared effects (refused before they were performed: their
+     *       first time)
+     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 new deadline or NULL.
+     */
+    redriveSlot: `
+      UPDATE ${slots} SET ${givenBack('$4', '$5', '$6')}, ${REWALK}
+      WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
+      RETURNING ${SLOT_COLUMNS}, claimer_clock`,
+
+    /**
+     * Deletes a window's FAILED effects, every one or those of `$3` (NULL: all), returning them as
+     * they were. Run under the operator's lock of the slot row. $1 job, $2 window, $3 key hashes or NULL.
+     */
+    deleteFailedEffects: `
+      DELETE FROM ${effects}
+      WHERE job_id = $1 AND slot_window = $2 AND state = 'FAILED'
+        AND ($3::text[] IS NULL OR key_hash = ANY($3::text[]))
+      RETURNING ${EFFECT_COLUMNS}`,
 
     /*
      * Timeline of the guard that starts resolving an effect (one transaction with the writes below):
@@ -390,10 +432,10 @@ export function sqlFor(schema: string) {
         (state = 'RUNNING' AND lease_until >= ${now('$3')}) AS lease_live
       FROM ${slots} WHERE job_id = $1 AND slot_window = $2`,
 
-    /** One effect row, locked until the operator's transaction ends. $1 job, $2 window, $3 key hash. */
-    lockEffect: `
+    /** Some effect rows, locked until the operator's transaction ends. $1 job, $2 window, $3 key hashes. */
+    lockEffects: `
       SELECT ${EFFECT_COLUMNS}, operator_action FROM ${effects}
-      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = ANY($3::text[])
       FOR UPDATE`,
 
     /*
