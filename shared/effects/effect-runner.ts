@@ -297,13 +297,22 @@ export class EffectRunner {
   /**
    * The provider refused before performing: record it FAILED with the attempt count, retryable after
    * a backoff or, on the last allowed attempt, for good. A refusal because the run itself cancelled
-   * the wait was no attempt at all: the reservation is deleted and the effect left for a later run.
+   * the wait was no attempt at all: the effect is recorded FAILED with the attempts it already had,
+   * due at once, and a later run performs it.
    */
   async #refused(keyHash: string, attempt: number, error: EffectNotPerformedError): Promise<EffectResult> {
     const { ledger, claim, retry } = this.#o;
     try {
       if (error.reason === NotPerformedReason.Cancelled) {
-        await ledger.unreserve(claim, keyHash);
+        // Nothing was attempted: put the effect back as it was before this reservation (its refused
+        // attempts so far), due at once. Never delete the reservation: a later epoch may already
+        // have met it and counted it in doubt, or a checkpoint passed it; a deleted record would
+        // drop the effect from the window without a trace.
+        await ledger.recordFailure(claim, keyHash, {
+          attempts: attempt - 1,
+          retryAt: this.#o.clock.now(),
+          reason: NotPerformedReason.Cancelled,
+        });
         this.#unsettled.delete(keyHash);
         this.#notAttempted++;
         return 'stopped';

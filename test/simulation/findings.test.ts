@@ -1,16 +1,19 @@
 import { describe, expect, it } from 'vitest';
 import { memoryBackend } from '../../shared/backends/memory/memory-backend.js';
+import { MemoryTable } from '../../shared/backends/memory/memory-table.js';
 import type { Clock } from '../../shared/clock.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { resumableSource } from '../../shared/effects/resumable-source.js';
 import { EffectNotPerformedError, NotPerformedReason } from '../../shared/errors.js';
 import { defineJob } from '../../shared/job/job-definition.js';
 import { type RunOptions, type RunResult, runSlot, type SlotBackend } from '../../shared/job/run-slot.js';
-import { SlotState } from '../../shared/slot/ports.js';
+import { EffectState, SlotState } from '../../shared/slot/ports.js';
 import type { Log } from '../../shared/telemetry/log.js';
 import type { JobMetrics } from '../../shared/telemetry/metrics.js';
-import { TEST_SECRET } from '../helpers/harness.js';
-import { ManualClock } from '../helpers/manual-clock.js';
+import { useDynamo } from '../helpers/dynalite.js';
+import { TEST_SECRET, testBackend } from '../helpers/harness.js';
+import { ManualClock, settle } from '../helpers/manual-clock.js';
+import { backendWith } from './wrapped-backend.js';
 
 /*
  * Runtime defects the simulation found on the continuation protocol (docs/simulation.md,
@@ -75,6 +78,27 @@ function provider(refusing: Readonly<Record<string, number>> = {}) {
   return { send, sent };
 }
 
+/** A promise the test opens: holds a run at one point while the test arranges the rest. */
+class Gate {
+  #open: () => void = () => {};
+  readonly opened = new Promise<void>((resolve) => {
+    this.#open = resolve;
+  });
+  reached = false;
+  async pass(): Promise<void> {
+    this.reached = true;
+    await this.opened;
+  }
+  open(): void {
+    this.#open();
+  }
+}
+
+async function until(condition: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !condition(); i++) await settle();
+  expect(condition()).toBe(true);
+}
+
 describe('a window continued across runs', () => {
   // Finding 4: a run that yielded to wait for a retry kept the count of runs without progress it
   // found, whatever it achieved, so later faulty runs could declare a moving window STUCK.
@@ -108,6 +132,131 @@ describe('a window continued across runs', () => {
     expect(await backend.claims.read(SLOT)).toMatchObject({
       state: SlotState.Released,
       runsWithoutProgress: 1,
+    });
+  });
+
+  // Finding 5: a send cancelled because its run lost the lease deleted its reservation, though a
+  // run that took the window over had already met it and counted it in doubt; that run's tally
+  // then found no record, and the window finished without the recipient, who got nothing.
+  it('does not finish a window without a recipient whose send a run that lost its lease cancelled', async () => {
+    const table = new MemoryTable();
+    const zombieClock = new ManualClock(START);
+    const takeoverClock = new ManualClock(START);
+    const sendGate = new Gate();
+    const tallyGate = new Gate();
+    const sent: string[] = [];
+    const plain = memoryBackend({ table, hashKey });
+    const heldTally = backendWith(plain, {
+      ledger: {
+        async *list(slot) {
+          await tallyGate.pass();
+          yield* plain.ledger.list(slot);
+        },
+      },
+    });
+    // The zombie reserves r0, then freezes (a long pause) before it sends.
+    const zombie = deliver(plain, zombieClock, async (to, signal) => {
+      await sendGate.pass();
+      if (signal.aborted) {
+        throw new EffectNotPerformedError('the run is stopping; nothing was sent', {
+          reason: NotPerformedReason.Cancelled,
+        });
+      }
+      sent.push(to);
+    });
+    await until(() => sendGate.reached);
+    // Its lease runs out; a second run takes the window over, meets r0 reserved and counts it in doubt.
+    await takeoverClock.advance(LEASE_MS + 4_000);
+    const takeover = deliver(heldTally, takeoverClock, async (to) => {
+      sent.push(to);
+    });
+    await until(() => tallyGate.reached);
+    // The zombie thaws, learns its lease is gone, and cancels its send.
+    await zombieClock.advance(LEASE_MS);
+    sendGate.open();
+    expect(await zombie).toMatchObject({ status: 'fenced', epoch: 1 });
+    tallyGate.open();
+    const second = await takeover;
+    expect(second).toMatchObject({ status: 'yielded', reason: 'retry-wait', epoch: 2 });
+
+    // A continuation sends r0: it had never been sent.
+    const third = await deliver(plain, takeoverClock, async (to) => {
+      sent.push(to);
+    });
+    expect(third).toMatchObject({
+      status: 'completed',
+      state: 'DONE',
+      window: { done: 1, inDoubt: 0, failed: 0, runs: 3 },
+    });
+    expect(sent).toEqual(['r0@example.test']);
+  });
+
+  // Finding 5, again: a retry of a refused effect whose send was cancelled lost the refusals before
+  // it, so the provider could be asked more often than the retry policy allows.
+  it('keeps the refused attempts of a retry whose send was cancelled', async () => {
+    const clock = new ManualClock(START);
+    const backend = memoryBackend({ hashKey });
+    const { send } = provider({ 'r0@example.test': 1 });
+    const refused = await deliver(backend, clock, send);
+    expect(refused).toMatchObject({ status: 'yielded', reason: 'retry-wait' });
+    await clock.advance(((refused.status === 'yielded' && refused.resumeAfter) || 0) - clock.now());
+    // The retry is reserved, then the run loses its lease before the send starts.
+    const losing = backendWith(backend, { claims: { renew: async () => ({ kind: 'lost' }) } });
+    const cancelled = await deliver(losing, clock, async (_to, signal) => {
+      await clock.advance(LEASE_MS);
+      if (signal.aborted) {
+        throw new EffectNotPerformedError('cancelled', { reason: NotPerformedReason.Cancelled });
+      }
+    });
+    expect(cancelled).toMatchObject({ status: 'fenced' });
+    expect(await backend.ledger.read(SLOT, hashKey('r0@example.test'))).toMatchObject({
+      state: EffectState.Failed,
+      attempts: 1,
+      retryAt: clock.now(),
+    });
+  });
+});
+
+const dynamo = useDynamo();
+
+describe.each([
+  ['in memory', async () => memoryBackend({ hashKey })],
+  ['on DynamoDB', async () => testBackend(dynamo.client(), await dynamo.freshTable())],
+])('a send cancelled before its first attempt, %s', (_name, makeBackend) => {
+  it('is put back FAILED with no attempts and reserved again once due', async () => {
+    const backend = await makeBackend();
+    const now = START;
+    const outcome = await backend.claims.claim(
+      SLOT,
+      {
+        owner: 'finding/1',
+        leaseMs: LEASE_MS,
+        maxAttempts: 1,
+        expiresAtSeconds: Math.ceil(now / 1000) + 86_400 * 35,
+        deadline: now + 3_600_000,
+        delivery: {},
+      },
+      now,
+    );
+    if (outcome.kind !== 'claimed') throw new Error(`claim: ${outcome.kind}`);
+    const claim = outcome.claim;
+    const key = hashKey('r0@example.test');
+    const options = { rerunInDoubt: false, now };
+    expect(await backend.ledger.reserve(claim, key, options)).toEqual({
+      kind: 'reserved',
+      rerun: false,
+      attempt: 1,
+    });
+    await backend.ledger.recordFailure(claim, key, {
+      attempts: 0,
+      retryAt: now,
+      reason: NotPerformedReason.Cancelled,
+    });
+    expect(await backend.ledger.read(SLOT, key)).toMatchObject({ state: EffectState.Failed, attempts: 0 });
+    expect(await backend.ledger.reserve(claim, key, options)).toEqual({
+      kind: 'reserved',
+      rerun: false,
+      attempt: 1,
     });
   });
 });
