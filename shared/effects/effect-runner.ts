@@ -160,6 +160,14 @@ export class EffectRunner {
     return this.#stopReason !== undefined;
   }
 
+  /**
+   * Takes no new effect from now on, for `reason`: a failure outside any one effect (the store
+   * failing a read the run needs). Effects already under way finish.
+   */
+  stop(reason: Exclude<StopReason, 'lease-lost'>): void {
+    this.#stopReason ??= reason;
+  }
+
   /** Takes no new effect from now on: the run is finishing. Effects already under way finish. */
   close(): void {
     this.#closed = true;

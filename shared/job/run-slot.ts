@@ -10,7 +10,7 @@ import {
   type StopReason,
 } from '../effects/effect-runner.js';
 import { isResumable, type ResumableSource, sourceName, WalkWatermark } from '../effects/resumable-source.js';
-import { ConfigurationError, InvalidEventError } from '../errors.js';
+import { ConfigurationError, InvalidEventError, StoreError } from '../errors.js';
 import type {
   Claim,
   ClaimOutcome,
@@ -713,7 +713,16 @@ async function walkResumable<T>(
     () => effects.stopping(),
   );
   if (start === undefined || effects.stopping()) return;
-  const { due } = await tallyWindow(args.backend.ledger, args.slot, args.clock.now());
+  let due: ReadonlySet<string>;
+  try {
+    ({ due } = await tallyWindow(args.backend.ledger, args.slot, args.clock.now()));
+  } catch (error) {
+    // The store failing this read costs the retry pass, as a failed reservation would: the run
+    // yields (store-error) rather than failing the job, which would count toward maxAttempts.
+    if (!(error instanceof StoreError)) throw error;
+    effects.stop('store-error');
+    return;
+  }
   if (due.size === 0) return;
   args.log.info('retrying refused effects that are due', { window: args.slot.window, due: due.size });
   effects.restrictTo(due);

@@ -4,7 +4,7 @@ import { MemoryTable } from '../../shared/backends/memory/memory-table.js';
 import type { Clock } from '../../shared/clock.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { resumableSource } from '../../shared/effects/resumable-source.js';
-import { EffectNotPerformedError, NotPerformedReason } from '../../shared/errors.js';
+import { EffectNotPerformedError, NotPerformedReason, StoreError } from '../../shared/errors.js';
 import { defineJob } from '../../shared/job/job-definition.js';
 import { type RunOptions, type RunResult, runSlot, type SlotBackend } from '../../shared/job/run-slot.js';
 import { EffectState, SlotState } from '../../shared/slot/ports.js';
@@ -214,6 +214,33 @@ describe('a window continued across runs', () => {
       attempts: 1,
       retryAt: clock.now(),
     });
+  });
+
+  // Finding 6: the ledger read of a continuation's retry pass was left to throw out of the job, so
+  // a store failing once counted as the job failing (FAILED with maxAttempts 1) instead of a yield.
+  it('yields on a store error in the retry pass, without counting a failure of the job', async () => {
+    const clock = new ManualClock(START);
+    const backend = memoryBackend({ hashKey });
+    const recipients = ['r0@example.test', 'r1@example.test'];
+    const { send, sent } = provider({ 'r1@example.test': 1 });
+    const first = await deliver(backend, clock, send, { recipients, resumable: true });
+    expect(first).toMatchObject({ status: 'yielded', reason: 'retry-wait' });
+    await clock.advance(((first.status === 'yielded' && first.resumeAfter) || 0) - clock.now());
+
+    const failingRead = backendWith(backend, {
+      ledger: {
+        list: () => {
+          throw new StoreError('list', 'the store did not answer after the client retries');
+        },
+      },
+    });
+    const second = await deliver(failingRead, clock, send, { recipients, resumable: true });
+    expect(second).toMatchObject({ status: 'yielded', reason: 'store-error' });
+    expect(await backend.claims.read(SLOT)).toMatchObject({ state: SlotState.Released, failures: 0 });
+
+    const third = await deliver(backend, clock, send, { recipients, resumable: true });
+    expect(third).toMatchObject({ status: 'completed', state: 'DONE', window: { done: 2, failed: 0 } });
+    expect(sent).toEqual(['r0@example.test', 'r1@example.test']);
   });
 });
 
