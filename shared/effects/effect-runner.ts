@@ -203,6 +203,9 @@ export class EffectRunner {
     if (keyHash === undefined) return this.#invalidKey();
     if (this.#only && !this.#only.has(keyHash)) return 'passed';
     if (this.#unsettled.has(keyHash)) {
+      // A retry pass meeting a key this run already handled (found in doubt, or still settling):
+      // counted once already, and not this pass's to retry; a later run's retry pass retries it.
+      if (this.#only) return 'passed';
       // The same key again in this run: already handled here.
       this.#skipped++;
       this.#o.metrics.count(MetricName.EffectSkipped);

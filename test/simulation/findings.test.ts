@@ -37,7 +37,12 @@ function deliver(
   backend: SlotBackend,
   clock: Clock,
   send: Send,
-  options: { recipients?: readonly string[]; resumable?: boolean; remainingTimeMs?: () => number } = {},
+  options: {
+    recipients?: readonly string[];
+    resumable?: boolean;
+    remainingTimeMs?: () => number;
+    options?: RunOptions;
+  } = {},
 ): Promise<RunResult> {
   const recipients = options.recipients ?? ['r0@example.test'];
   const source = options.resumable
@@ -58,7 +63,7 @@ function deliver(
     log: silentLog,
     slot: SLOT,
     delivery: { invocationId: 'finding' },
-    options: OPTIONS,
+    options: options.options ?? OPTIONS,
     ...(options.remainingTimeMs ? { remainingTimeMs: options.remainingTimeMs } : {}),
   });
 }
@@ -214,6 +219,64 @@ describe('a window continued across runs', () => {
       attempts: 1,
       retryAt: clock.now(),
     });
+  });
+
+  // Finding 7: a continuation's retry pass met again a key the run had found in doubt (a zombie
+  // then recorded its refusal, already due) and counted it skipped, as done by an earlier run: one
+  // effect counted twice in the run's summary, once as done, which it was not.
+  it('does not count an effect twice, as skipped, when its retry pass meets one it found in doubt', async () => {
+    const table = new MemoryTable();
+    const clock = new ManualClock(START);
+    const zombieClock = new ManualClock(START);
+    const recipients = ['r0@example.test', 'r1@example.test'];
+    // A refusal is due 5 s later: not yet by the zombie's frozen clock, already by the takeover's.
+    const retrySoon: RunOptions = { ...OPTIONS, effectConcurrency: 1, effectRetry: { firstDelayMs: 5_000 } };
+    const plain = memoryBackend({ table, hashKey });
+    const { send } = provider({ 'r1@example.test': 1 });
+    // A first run sends r0 and runs out of time: the checkpoint stands after r0.
+    let sends = 0;
+    const first = await deliver(
+      plain,
+      clock,
+      async (to, signal) => {
+        sends++;
+        await send(to, signal);
+      },
+      { recipients, resumable: true, remainingTimeMs: () => (sends > 0 ? 0 : 60_000), options: retrySoon },
+    );
+    expect(first).toMatchObject({ status: 'yielded', reason: 'time' });
+    // A second run reserves r1, is refused, and freezes before it records the refusal.
+    const failureGate = new Gate();
+    const frozen = backendWith(plain, {
+      ledger: {
+        recordFailure: async (...args) => {
+          await failureGate.pass();
+          return plain.ledger.recordFailure(...args);
+        },
+      },
+    });
+    const zombie = deliver(frozen, zombieClock, send, { recipients, resumable: true, options: retrySoon });
+    await until(() => failureGate.reached);
+    // A third takes the window over, meets r1 reserved (in doubt), and reads the ledger for its retry pass...
+    const tallyGate = new Gate();
+    const heldTally = backendWith(plain, {
+      ledger: {
+        async *list(slot) {
+          await tallyGate.pass();
+          yield* plain.ledger.list(slot);
+        },
+      },
+    });
+    await clock.advance(LEASE_MS + 4_000);
+    const takeover = deliver(heldTally, clock, send, { recipients, resumable: true, options: retrySoon });
+    await until(() => tallyGate.reached);
+    // ...just after the zombie recorded r1's refusal, which is due by the takeover's clock.
+    failureGate.open();
+    expect(await zombie).toMatchObject({ status: 'fenced', epoch: 2 });
+    tallyGate.open();
+    const third = await takeover;
+    expect(third).toMatchObject({ status: 'yielded', reason: 'retry-wait', epoch: 3 });
+    expect(third.status === 'yielded' && third.summary).toMatchObject({ done: 0, skipped: 0, inDoubt: 1 });
   });
 
   // Finding 6: the ledger read of a continuation's retry pass was left to throw out of the job, so
