@@ -64,7 +64,7 @@ describe('the protocol under simulated faults', () => {
       ]) {
         expect(report.stats.casesWith(fact), fact).toBeGreaterThan(0);
       }
-      for (const ending of ['DONE', 'PARTIAL', 'STUCK (deadline)']) {
+      for (const ending of ['DONE', 'PARTIAL', 'FAILED', 'STUCK (deadline)']) {
         expect(report.stats.endings.get(ending) ?? 0, ending).toBeGreaterThan(0);
       }
     },
@@ -100,6 +100,7 @@ describe('the protocol under simulated faults', () => {
       // so recording the refused send fails every attempt while the other worker is still sending.
       requests: ['ok', 'ok', 'ok', ...Array<'throttle'>(6).fill('throttle')],
       sends: ['refused'],
+      jobThrows: undefined,
     };
     const retry = (startAtMs: number): ActorPlan => ({
       ...stormy,

@@ -96,6 +96,11 @@ export interface ProcessPlan {
   readonly requests: readonly AttemptFate[];
   /** Fates of its sends, in order; then all ok. */
   readonly sends: readonly SendFate[];
+  /**
+   * The job's own code throws (a bug, a dependency down) before its walk or after it: the run
+   * fails, counting toward maxAttempts. Absent: it does not.
+   */
+  readonly jobThrows: 'before' | 'after' | undefined;
 }
 
 /** One fire of the window: the schedule's message, a duplicate receive of it, or a Scheduler retry's. */
@@ -203,6 +208,7 @@ const processPlan = {
     { weight: 1, arbitrary: attemptFates(60, 40) },
   ),
   sends: fc.array(sendFate, { maxLength: 6 }),
+  jobThrows: sometimes(fc.constantFrom<'before' | 'after'>('before', 'after'), 6),
 };
 
 const actorPlan: fc.Arbitrary<ActorPlan> = fc.record({

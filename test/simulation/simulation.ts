@@ -96,6 +96,7 @@ const HEALTHY: ProcessPlan = {
   pause: undefined,
   requests: [],
   sends: [],
+  jobThrows: undefined,
 };
 
 const silentMetrics: JobMetrics = { count() {}, flush: async () => {} };
@@ -322,9 +323,11 @@ class World implements NetworkWorld, QueueWorld {
       id: JOB_ID,
       async run(ctx) {
         actor.epoch = ctx.epoch;
+        if (plan.jobThrows === 'before') throw new Error('the job failed before its walk');
         await ctx.onceEach(source, { key: (item) => item.to, concurrency }, (item, signal) =>
           sender.send({ to: item.to, subject: `report ${WINDOW}`, text: 'your report' }, { signal }),
         );
+        if (plan.jobThrows === 'after') throw new Error('the job failed after its walk');
       },
     });
     const handler = createJobHandler(job, {
