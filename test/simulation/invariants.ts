@@ -397,8 +397,8 @@ function stuckProblems(result: SimulationResult, ending: Ending): string[] {
 }
 
 /**
- * True when the run stopped for a failing provider: it says so (or, killed before it could say or
- * given up as STUCK, it may have), and at least `failureStreakLimit` of its sends failed (refused
+ * True when the run stopped for a failing provider: it says so (or, killed before it could say,
+ * given up as STUCK, or answered fenced, it may have), and at least `failureStreakLimit` of its sends failed (refused
  * or timed out), which is what makes the runtime stop. The runtime counts the streak in the order
  * failures are recorded, which concurrent sends can make differ from the order the provider saw
  * them: the count is what holds.
@@ -409,8 +409,10 @@ function stoppedByProvider(result: SimulationResult, actor: SimActor): boolean {
   ).length;
   if (failed < result.scenario.failureStreakLimit) return false;
   const response = responseOf(actor);
-  // A STUCK run's reason names the deadline or the count, not what stopped it: the sends tell.
-  if (!response || response.status === 'stuck') return true;
+  // A STUCK run's reason names the deadline or the count, not what stopped it, and a run whose
+  // release committed but answered fenced (its reply lost, a later epoch there by the client's
+  // retry) says nothing of it: the sends tell.
+  if (!response || response.status === 'stuck' || response.status === 'fenced') return true;
   return response.status === 'yielded' && response.reason === 'provider-failing';
 }
 

@@ -118,6 +118,7 @@ describe('the protocol under simulated faults', () => {
         markBatchSize: 3,
         maxAttempts: 3,
         effectAttempts: 3,
+        effectRetryDelayMs: 3_000,
         failureStreakLimit: 10,
         deadlineMs: LONG_DEADLINE_MS,
         returnOldOnConflict: true,

@@ -20,8 +20,7 @@ export const STOP_MARGIN_MS = 1_500;
 export const CLIENT_ATTEMPTS = 3;
 /** How late a slow request arrives: a whole lease, so a slow write can land after a takeover. */
 export const SLOW_MS = LEASE_MS;
-/** Refused effects are retried after 3 s, then 6 s: a few leases, so retries happen within a case. */
-export const EFFECT_RETRY_FIRST_DELAY_MS = 3_000;
+/** Each wait before a refused effect's retry is twice the one before. */
 export const EFFECT_RETRY_BACKOFF_RATE = 2;
 /** A long deadline leaves room for any continuation; a short one (the least allowed) runs out. */
 export const LONG_DEADLINE_MS = 20 * 60_000;
@@ -44,7 +43,7 @@ export function runOptions(scenario: Scenario): RunOptions {
     maxRunsWithoutProgress: MAX_RUNS_WITHOUT_PROGRESS,
     effectRetry: {
       maxAttempts: scenario.effectAttempts,
-      firstDelayMs: EFFECT_RETRY_FIRST_DELAY_MS,
+      firstDelayMs: scenario.effectRetryDelayMs,
       backoffRate: EFFECT_RETRY_BACKOFF_RATE,
     },
     failureStreakLimit: scenario.failureStreakLimit,
@@ -136,6 +135,8 @@ export interface Scenario {
   readonly maxAttempts: number;
   /** Attempts per refused effect before it fails for good. */
   readonly effectAttempts: number;
+  /** The wait before a refused effect's first retry (doubled for each later one). */
+  readonly effectRetryDelayMs: number;
   /** Consecutive refusals of one kind that stop a run ('provider-failing'). */
   readonly failureStreakLimit: number;
   /** How long after its scheduled time the window must be finished. */
@@ -251,6 +252,9 @@ export function scenarios(
     markBatchSize: fc.integer({ min: 1, max: 3 }),
     maxAttempts: fc.constantFrom(1, 3),
     effectAttempts: fc.constantFrom(2, 3),
+    // A few seconds: retries happen within a case. Twenty: runs that yield and come back meanwhile
+    // meet refusals that are not due yet.
+    effectRetryDelayMs: fc.constantFrom(3_000, 20_000),
     failureStreakLimit: fc.constantFrom(2, 10),
     deadlineMs: fc.oneof(
       { weight: 4, arbitrary: fc.constant(LONG_DEADLINE_MS) },

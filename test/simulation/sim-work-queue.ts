@@ -1,6 +1,11 @@
-import { JobRunFailedError } from '../../shared/job/lambda-handler.js';
+import {
+  MAX_DELAY_MS,
+  MAX_VISIBILITY_MS,
+  queueSeconds,
+  type VisibilityOutcome,
+  type WorkQueue,
+} from '../../shared/continuation/work-queue.js';
 import { LEASE_MS } from './scenario.js';
-import type { ActorResult } from './sim-actor.js';
 
 /** The job function's configured timeout: the queue's visibility timeout is six times it. */
 export const FUNCTION_TIMEOUT_MS = 30_000;
@@ -8,76 +13,6 @@ export const FUNCTION_TIMEOUT_MS = 30_000;
 export const VISIBILITY_TIMEOUT_MS = 6 * FUNCTION_TIMEOUT_MS;
 /** The handler's heartbeat: from each claim and renewal, the message stays invisible this long. */
 export const HEARTBEAT_VISIBILITY_MS = 2 * LEASE_MS;
-
-/** What the handler does with its message once the run has a result (the engine's table, docs/simulation.md). */
-export type Disposition =
-  /** The window is finished or can never run: the message is deleted. */
-  | { readonly kind: 'delete'; readonly why: string }
-  /** ChangeMessageVisibility, and the message in batchItemFailures: delivered again after `afterMs`. */
-  | { readonly kind: 'retry'; readonly afterMs: number; readonly why: string }
-  /** The handler threw before it could say: the message returns when its visibility runs out. */
-  | { readonly kind: 'keep'; readonly why: string };
-
-/**
- * The disposition the SQS engine gives a run's result, by the design's table (issue 9). `now` is
- * the handler's own clock; `receiveCount` is the message's. A failed run is retried whether its
- * slot is RELEASED or FAILED (the thrown error does not say which); a FAILED slot's redelivery finds
- * it failed and deletes the message, one delivery later than the design's handler would.
- */
-export function dispositionOf(result: ActorResult, now: number, receiveCount: number): Disposition {
-  if (result.kind === 'threw') {
-    if (result.error instanceof JobRunFailedError) {
-      return {
-        kind: 'retry',
-        afterMs: Math.min(60_000 * receiveCount, 15 * 60_000),
-        why: 'the job failed',
-      };
-    }
-    return { kind: 'keep', why: 'the handler threw' };
-  }
-  const response = result.response;
-  switch (response.status) {
-    case 'rejected':
-    case 'completed':
-    case 'stuck':
-      return { kind: 'delete', why: response.status };
-    case 'duplicate': {
-      const outcome = response.outcome;
-      switch (outcome.kind) {
-        case 'done':
-        case 'failed':
-        case 'stuck':
-          return { kind: 'delete', why: `duplicate (${outcome.kind})` };
-        case 'held':
-          return {
-            kind: 'retry',
-            afterMs: Math.max(Math.max(outcome.leaseEndsAt - now, 0) + 5_000, 30_000),
-            why: 'duplicate (held)',
-          };
-        case 'waiting':
-          return { kind: 'retry', afterMs: outcome.until - now, why: 'duplicate (waiting)' };
-        default:
-          return outcome satisfies never;
-      }
-    }
-    case 'yielded':
-      return {
-        kind: 'retry',
-        afterMs: Math.max(0, (response.resumeAfter ?? now) - now),
-        why: `yielded (${response.reason})`,
-      };
-    case 'lease-lost':
-    case 'fenced':
-      return { kind: 'retry', afterMs: LEASE_MS, why: response.status };
-    default:
-      return response satisfies never;
-  }
-}
-
-/** SQS's own rounding of a visibility change: whole seconds, from 1 s to 12 hours. */
-function visibilitySeconds(ms: number): number {
-  return Math.min(Math.max(Math.ceil(ms / 1000), 1), 43_200);
-}
 
 /** One message of the window on the job's work queue: the schedule's, or a Scheduler retry's. */
 export class QueueMessage {
@@ -100,11 +35,15 @@ export class QueueMessage {
   }
 }
 
-/** One receive of a message: what the handler's ChangeMessageVisibility and DeleteMessage name. */
+/** One receive of a message: what the handler's visibility changes name. */
 export interface Receipt {
   readonly message: QueueMessage;
   /** The message's receive count at this receive. */
   readonly receiveCount: number;
+  /** SQS's receipt handle: the message and the receive. */
+  readonly handle: string;
+  /** Set when the handler asked for the window to come back (a retry), with the delay it gave. */
+  retryAfterMs: number | undefined;
 }
 
 /** What the queue needs from the world: the time, events, the trace, and a way to start a delivery. */
@@ -120,8 +59,14 @@ export interface QueueWorld {
 /**
  * The job's SQS work queue, as far as one window's messages go: at-least-once delivery, visibility
  * timeouts on the simulated clock, heartbeats, receipt handles (only the latest receive's delete or
- * visibility change counts), and the dead-letter queue after maxReceiveCount. A message is
+ * visibility change counts) and the dead-letter queue after maxReceiveCount. A message is
  * delivered again whenever its visibility runs out, whoever is still working on it.
+ *
+ * What becomes of a message after a run is the real handler's decision (createJobHandler, with
+ * the engine's dispositionOf): each invocation gets `forReceipt`, a WorkQueue whose `send` (the
+ * handler's continuation) sets when the received message comes back, as the SQS path's
+ * ChangeMessageVisibility does; a run that returned without asking for one is deleted, as the
+ * event source mapping deletes a record not reported failed.
  */
 export class SimWorkQueue {
   readonly messages: QueueMessage[] = [];
@@ -155,7 +100,12 @@ export class SimWorkQueue {
     message.receives++;
     message.deferred = false;
     this.#setVisibility(message, VISIBILITY_TIMEOUT_MS);
-    return { message, receiveCount: message.receives };
+    return {
+      message,
+      receiveCount: message.receives,
+      handle: `${message.id}#${message.receives}`,
+      retryAfterMs: undefined,
+    };
   }
 
   /** The handler saw its claim or a renewal commit: two leases from now. */
@@ -163,41 +113,71 @@ export class SimWorkQueue {
     if (this.#honours(receipt)) this.#setVisibility(receipt.message, HEARTBEAT_VISIBILITY_MS);
   }
 
-  /** The handler's disposition of its receive. */
-  settle(receipt: Receipt, disposition: Disposition, who: string): void {
+  /**
+   * The work queue one invocation's handler sees: its continuation (`send`) delays the message it
+   * received, and a visibility change applies to the latest receive only.
+   */
+  forReceipt(receipt: Receipt, who: string): WorkQueue {
+    return {
+      send: async (_body, delayMs) => {
+        const afterMs = queueSeconds(delayMs, MAX_DELAY_MS, 'delayMs') * 1000;
+        receipt.retryAfterMs = afterMs;
+        this.#changeVisibility(receipt, Math.max(afterMs, 1000), who, 'continuation');
+      },
+      changeVisibility: async (handle, visibleInMs) =>
+        handle === receipt.handle
+          ? this.#changeVisibility(
+              receipt,
+              queueSeconds(visibleInMs, MAX_VISIBILITY_MS, 'visibleInMs') * 1000,
+              who,
+              'visibility',
+            )
+          : 'not-in-flight',
+    };
+  }
+
+  /**
+   * The invocation is over. Killed, it answers nothing: the message comes back when its
+   * visibility runs out. Returned without asking for a retry, its message is deleted (the window
+   * is finished or can never run). Threw without one (its continuation could not be sent): kept.
+   */
+  settle(receipt: Receipt, how: 'killed' | 'returned' | 'threw', who: string): void {
     const message = receipt.message;
-    if (!this.#honours(receipt)) {
-      const why = message.state === 'queued' ? 'a stale receipt' : `the message is ${message.state}`;
-      this.#world.note('queue', `${who}: ${disposition.kind} of ${message.id} ignored (${why})`);
+    if (how === 'killed' || receipt.retryAfterMs !== undefined) return;
+    if (how === 'threw') {
+      this.#world.note(
+        'queue',
+        `${who}: ${message.id} returns at ${message.visibleAt} ms (the handler threw)`,
+      );
       return;
     }
-    switch (disposition.kind) {
-      case 'delete':
-        message.state = 'deleted';
-        message.version++;
-        this.#world.note('queue', `${who}: ${message.id} deleted (${disposition.why})`);
-        return;
-      case 'retry':
-        this.#setVisibility(message, visibilitySeconds(disposition.afterMs) * 1000);
-        this.#world.note(
-          'queue',
-          `${who}: ${message.id} again at ${message.visibleAt} ms (${disposition.why})`,
-        );
-        return;
-      case 'keep':
-        this.#world.note(
-          'queue',
-          `${who}: ${message.id} returns at ${message.visibleAt} ms (${disposition.why})`,
-        );
-        return;
-      default:
-        disposition satisfies never;
+    if (!this.#honours(receipt)) {
+      this.#world.note('queue', `${who}: delete of ${message.id} ignored (${this.#why(message)})`);
+      return;
     }
+    message.state = 'deleted';
+    message.version++;
+    this.#world.note('queue', `${who}: ${message.id} deleted`);
   }
 
   /** Messages still on the queue. */
   get queued(): readonly QueueMessage[] {
     return this.messages.filter((m) => m.state === 'queued');
+  }
+
+  #changeVisibility(receipt: Receipt, ms: number, who: string, what: string): VisibilityOutcome {
+    const message = receipt.message;
+    if (!this.#honours(receipt)) {
+      this.#world.note('queue', `${who}: ${what} of ${message.id} ignored (${this.#why(message)})`);
+      return 'not-in-flight';
+    }
+    this.#setVisibility(message, ms);
+    this.#world.note('queue', `${who}: ${message.id} again at ${message.visibleAt} ms (${what})`);
+    return 'changed';
+  }
+
+  #why(message: QueueMessage): string {
+    return message.state === 'queued' ? 'a stale receipt' : `the message is ${message.state}`;
   }
 
   #honours(receipt: Receipt): boolean {

@@ -30,13 +30,7 @@ import {
   SimulatedNetwork,
   SimulatedSender,
 } from './sim-network.js';
-import {
-  dispositionOf,
-  type QueueMessage,
-  type QueueWorld,
-  type Receipt,
-  SimWorkQueue,
-} from './sim-work-queue.js';
+import { type QueueMessage, type QueueWorld, type Receipt, SimWorkQueue } from './sim-work-queue.js';
 import { indexOfPosition, positionOf, StoreWatch } from './store-watch.js';
 
 /**
@@ -336,6 +330,7 @@ class World implements NetworkWorld, QueueWorld {
       log: this.#log(actor),
       clock: actor.runtimeClock,
       options: runOptions(this.#scenario),
+      workQueue: this.queue.forReceipt(receipt, actor.name),
     });
     const deadline = plan.timeoutMs === undefined ? undefined : actor.clock.now() + plan.timeoutMs;
     const message = receipt.message;
@@ -369,8 +364,8 @@ class World implements NetworkWorld, QueueWorld {
     actor.finish(result, this.table.version);
     // A killed process's handler never answers its message; the queue delivers it again when its
     // visibility runs out.
-    if (actor.status === 'crashed') return;
-    this.queue.settle(receipt, dispositionOf(result, actor.clock.now(), receipt.receiveCount), actor.name);
+    const how = actor.status === 'crashed' ? 'killed' : result.kind === 'returned' ? 'returned' : 'threw';
+    this.queue.settle(receipt, how, actor.name);
   }
 
   /**
