@@ -13,6 +13,7 @@ import type { JobMetrics } from '../../shared/telemetry/metrics.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { TEST_SECRET, testBackend } from '../helpers/harness.js';
 import { ManualClock, settle } from '../helpers/manual-clock.js';
+import { usePostgres } from '../helpers/postgres.js';
 import { backendWith } from './wrapped-backend.js';
 
 /*
@@ -308,10 +309,12 @@ describe('a window continued across runs', () => {
 });
 
 const dynamo = useDynamo();
+const postgres = usePostgres();
 
 describe.each([
-  ['in memory', async () => memoryBackend({ hashKey })],
+  ['in memory', async (): Promise<SlotBackend> => memoryBackend({ hashKey })],
   ['on DynamoDB', async () => testBackend(dynamo.client(), await dynamo.freshTable())],
+  ['on Postgres', async () => postgres.backend(await postgres.freshSchema(), { leaseClock: 'caller' })],
 ])('a send cancelled before its first attempt, %s', (_name, makeBackend) => {
   it('is put back FAILED with no attempts and reserved again once due', async () => {
     const backend = await makeBackend();
@@ -320,7 +323,8 @@ describe.each([
       SLOT,
       {
         owner: 'finding/1',
-        leaseMs: LEASE_MS,
+        // Long enough for every backend's own timeouts (Postgres refuses a lease under three of them).
+        leaseMs: 60_000,
         maxAttempts: 1,
         expiresAtSeconds: Math.ceil(now / 1000) + 86_400 * 35,
         deadline: now + 3_600_000,
