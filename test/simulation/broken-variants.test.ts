@@ -67,7 +67,8 @@ describe('the simulation catches a broken protocol', () => {
           },
         }),
     });
-    expect(failure).toMatch(/was delivered ([2-9]|\d{2,}) times/);
+    // Re-running an effect that may have happened is a second email, or one attempt too many.
+    expect(failure).toMatch(/was delivered ([2-9]|\d{2,}) times|reached the provider \d+ times, more than/);
   });
 
   it('catches an effect in doubt reported as skipped', async () => {
@@ -141,7 +142,7 @@ describe('the simulation catches a broken protocol', () => {
         holds: (item) => (write.condition?.holds(item) ?? true) || item?.state === SlotState.Done,
       })),
     });
-    expect(failure).toMatch(/completed 2 times|rewrote slot .* after it was completed/);
+    expect(failure).toMatch(/completed 2 times|rewrote slot .* after it was (DONE|PARTIAL)/);
   });
 });
 
