@@ -160,6 +160,14 @@ export class EffectRunner {
     return this.#stopReason !== undefined;
   }
 
+  /**
+   * Takes no new effect from now on, for `reason`: a failure outside any one effect (the store
+   * failing a read the run needs). Effects already under way finish.
+   */
+  stop(reason: Exclude<StopReason, 'lease-lost'>): void {
+    this.#stopReason ??= reason;
+  }
+
   /** Takes no new effect from now on: the run is finishing. Effects already under way finish. */
   close(): void {
     this.#closed = true;
@@ -195,6 +203,9 @@ export class EffectRunner {
     if (keyHash === undefined) return this.#invalidKey();
     if (this.#only && !this.#only.has(keyHash)) return 'passed';
     if (this.#unsettled.has(keyHash)) {
+      // A retry pass meeting a key this run already handled (found in doubt, or still settling):
+      // counted once already, and not this pass's to retry; a later run's retry pass retries it.
+      if (this.#only) return 'passed';
       // The same key again in this run: already handled here.
       this.#skipped++;
       this.#o.metrics.count(MetricName.EffectSkipped);
@@ -297,13 +308,22 @@ export class EffectRunner {
   /**
    * The provider refused before performing: record it FAILED with the attempt count, retryable after
    * a backoff or, on the last allowed attempt, for good. A refusal because the run itself cancelled
-   * the wait was no attempt at all: the reservation is deleted and the effect left for a later run.
+   * the wait was no attempt at all: the effect is recorded FAILED with the attempts it already had,
+   * due at once, and a later run performs it.
    */
   async #refused(keyHash: string, attempt: number, error: EffectNotPerformedError): Promise<EffectResult> {
     const { ledger, claim, retry } = this.#o;
     try {
       if (error.reason === NotPerformedReason.Cancelled) {
-        await ledger.unreserve(claim, keyHash);
+        // Nothing was attempted: put the effect back as it was before this reservation (its refused
+        // attempts so far), due at once. Never delete the reservation: a later epoch may already
+        // have met it and counted it in doubt, or a checkpoint passed it; a deleted record would
+        // drop the effect from the window without a trace.
+        await ledger.recordFailure(claim, keyHash, {
+          attempts: attempt - 1,
+          retryAt: this.#o.clock.now(),
+          reason: NotPerformedReason.Cancelled,
+        });
         this.#unsettled.delete(keyHash);
         this.#notAttempted++;
         return 'stopped';

@@ -10,7 +10,7 @@ import {
   type StopReason,
 } from '../effects/effect-runner.js';
 import { isResumable, type ResumableSource, sourceName, WalkWatermark } from '../effects/resumable-source.js';
-import { ConfigurationError, InvalidEventError } from '../errors.js';
+import { ConfigurationError, InvalidEventError, StoreError } from '../errors.js';
 import type {
   Claim,
   ClaimOutcome,
@@ -549,7 +549,9 @@ async function finishWalked(run: RunState): Promise<RunResult> {
       {
         kind: 'yield',
         checkpoint: checkpointer.current(),
-        runsWithoutProgress: claim.window.runsWithoutProgress,
+        // Waiting for a retry is not a run without progress; but a run that achieved something
+        // breaks the streak, or the next runs' faults could declare a moving window STUCK.
+        runsWithoutProgress: madeProgress(run) ? 0 : claim.window.runsWithoutProgress,
         resumeAfter,
       },
       now,
@@ -624,11 +626,14 @@ async function giveUp(run: RunState, reason: string, noProgress: number): Promis
  * stopped achieved nothing, whatever it recorded.
  */
 function runsWithoutProgress(run: RunState, reason: StopReason): number {
-  const { effects, checkpointer, claim } = run;
-  const progressed =
-    reason !== 'provider-failing' &&
-    (effects.summary().done > 0 || effects.failuresRecorded > 0 || checkpointer.moved);
-  return progressed ? 0 : claim.window.runsWithoutProgress + 1;
+  const progressed = reason !== 'provider-failing' && madeProgress(run);
+  return progressed ? 0 : run.claim.window.runsWithoutProgress + 1;
+}
+
+/** True when the run did something durable: an effect performed, a refusal recorded, a checkpoint moved. */
+function madeProgress(run: RunState): boolean {
+  const { effects, checkpointer } = run;
+  return effects.summary().done > 0 || effects.failuresRecorded > 0 || checkpointer.moved;
 }
 
 async function releaseQuietly(
@@ -708,7 +713,16 @@ async function walkResumable<T>(
     () => effects.stopping(),
   );
   if (start === undefined || effects.stopping()) return;
-  const { due } = await tallyWindow(args.backend.ledger, args.slot, args.clock.now());
+  let due: ReadonlySet<string>;
+  try {
+    ({ due } = await tallyWindow(args.backend.ledger, args.slot, args.clock.now()));
+  } catch (error) {
+    // The store failing this read costs the retry pass, as a failed reservation would: the run
+    // yields (store-error) rather than failing the job, which would count toward maxAttempts.
+    if (!(error instanceof StoreError)) throw error;
+    effects.stop('store-error');
+    return;
+  }
   if (due.size === 0) return;
   args.log.info('retrying refused effects that are due', { window: args.slot.window, due: due.size });
   effects.restrictTo(due);

@@ -1,15 +1,22 @@
+import type { EffectItem, SlotItem } from '../../shared/backends/memory/memory-table.js';
 import { StoreError } from '../../shared/errors.js';
-import type { RunSummary } from '../../shared/slot/ports.js';
+import type { Checkpoint, WindowSummary } from '../../shared/slot/ports.js';
 import { EffectState, SlotState } from '../../shared/slot/ports.js';
-import { JOB_ID, SAFETY_MARGIN_MS, WINDOW } from './scenario.js';
+import { deadlineOf, MAX_RUNS_WITHOUT_PROGRESS, MAX_SKEW_MS, SAFETY_MARGIN_MS, START } from './scenario.js';
 import type { SimActor } from './sim-actor.js';
 import { describeResult } from './sim-actor.js';
-import type { SimulationResult } from './simulation.js';
+import { FINAL_DELIVERIES, type SimulationResult } from './simulation.js';
+import { SLOT } from './store-watch.js';
 
-const SLOT = { jobId: JOB_ID, window: WINDOW };
-
-/** How a window ended, after the final healthy actor. */
-export type Ending = 'completed' | 'failed' | 'unfinished';
+/** How a window ended, after the final phase. */
+export type Ending =
+  | 'DONE'
+  | 'PARTIAL'
+  | 'FAILED'
+  | 'STUCK (deadline)'
+  | 'STUCK (no progress)'
+  | 'STUCK (provider failing)'
+  | 'unfinished';
 
 /** What one case came to: the violations, and what happened in it, for the run's statistics. */
 export interface Verdict {
@@ -19,27 +26,38 @@ export interface Verdict {
   readonly facts: Readonly<Record<string, number>>;
 }
 
+/** The most keys a window summary lists per list (the runtime's). */
+const LISTED_KEYS = 50;
+
 /**
  * Judges one simulated window against the protocol's invariants:
  *
  * 1. each effect runs at most once: no recipient was delivered more than once, across all actors;
- * 2. every effect not done is reported in doubt or failed, exactly: the final summary accounts for
- *    every recipient once (not done = in doubt + failed), every recipient who got nothing is in
- *    doubt or failed, every effect marked done was delivered exactly once, and the summary's done
- *    and failed counts are what its run's sends did;
+ * 2. every recipient has exactly one outcome, and the window's summary says which: counted from the
+ *    ledger its completing run read, done + in doubt + failed is every distinct recipient, each key
+ *    listed once; a DONE record was delivered exactly once, a FAILED one never; whoever got nothing
+ *    is in doubt or failed; a window completes with a refusal still waiting for its retry only past
+ *    its deadline; and each run's own count of done effects is what its sends did;
  * 3. epochs per slot only grow, and every epoch a run was handed was granted (the store's audit);
  * 4. no write from a stale epoch is accepted (the store's audit); with every clock within the
  *    lease's safety margin, no run reserves an effect after a later epoch of its slot was granted;
  *    and no invocation begins a reservation or a send after it returned;
  * 5. a slot is completed at most once (the store's audit, and the runs' own reports);
- * and the window is live: a healthy actor fired after the faults finishes it.
+ * 6. refusals are retried by the policy: a refused effect is reserved again only once its retry is
+ *    due, never once it failed for good, reaches the provider at most `effectAttempts` times, and
+ *    fails for good only on its last attempt; a run that performed an effect records progress;
+ * 7. a checkpoint on record never passes an item without an outcome on record (checked at every
+ *    write of the checkpoint, and at the end);
+ * 8. liveness: the world settles, and once the final phase has delivered the window's messages,
+ *    the window is DONE or PARTIAL, FAILED after maxAttempts failed runs, or STUCK where the
+ *    scenario's faults made that the protocol's own answer (see stuckProblems).
  */
 export function judge(result: SimulationResult): Verdict {
-  const { scenario, table, provider, actors, final } = result;
+  const { scenario, table, provider, actors, watch } = result;
   const violations: string[] = [];
-  const everyone = [...actors, final];
   const recipients = [...new Set(scenario.recipients)];
 
+  // 1
   for (const to of recipients) {
     const deliveries = provider.deliveriesTo(to);
     if (deliveries.length > 1) {
@@ -49,13 +67,16 @@ export function judge(result: SimulationResult): Verdict {
     }
   }
 
+  // 3, 4, 5 (the store's audit), 6 and 7 (as the store applied each request)
   violations.push(...table.audit.violations.map((v) => `store audit: ${v}`));
-  for (const actor of everyone) {
+  violations.push(...watch.violations.map((v) => `as applied: ${v}`));
+  violations.push(...watch.checkpointProblems('the last checkpoint, at the end'));
+  for (const actor of actors) {
     if (actor.epoch !== undefined && !table.audit.grants.some((g) => g.epoch === actor.epoch)) {
       violations.push(`${actor.name} ran under epoch ${actor.epoch}, which the store never granted`);
     }
   }
-  const skews = everyone.map((a) => a.plan.skewMs);
+  const skews = actors.map((a) => a.plan.skewMs);
   const clocksAgree = Math.max(...skews) - Math.min(...skews) <= SAFETY_MARGIN_MS;
   if (clocksAgree) {
     for (const late of table.audit.lateReservations) {
@@ -65,139 +86,399 @@ export function judge(result: SimulationResult): Verdict {
       );
     }
   }
-  for (const actor of everyone) {
+  for (const actor of actors) {
     if (actor.afterReturn.length === 0) continue;
     violations.push(
       `${actor.name} began ${actor.afterReturn.length} reservations or sends after its invocation had returned ` +
         `(${actor.result ? describeResult(actor.result) : ''}): ${actor.afterReturn.join(', ')}`,
     );
   }
-  const completedBy = everyone.filter(
-    (a) => a.result?.kind === 'returned' && a.result.response.status === 'completed',
-  );
+  const completedBy = actors.filter((a) => responseOf(a)?.status === 'completed');
   if (completedBy.length > 1) {
     violations.push(`${completedBy.map((a) => a.name).join(' and ')} each report completing the window`);
   }
 
+  violations.push(...runProblems(result), ...ledgerProblems(result), ...retryProblems(result));
+
+  // 8
   if (result.stuck) violations.push('the world never settled: some actor kept running without end');
-  violations.push(...finalActorProblems(final));
-
-  const record = table.getSlot(SLOT);
-  let ending: Ending = 'unfinished';
-  let summary: RunSummary | undefined;
-  if (record?.state === SlotState.Done) {
-    ending = 'completed';
-    summary = record.summary ? (JSON.parse(record.summary) as RunSummary) : undefined;
-    if (!summary) violations.push('the slot is DONE without a run summary');
-    else violations.push(...accountingProblems(result, summary));
-  } else if (record?.state === SlotState.Failed) {
-    ending = 'failed';
-  } else {
-    violations.push(
-      `after the final healthy actor the slot is ${record?.state ?? 'absent'}, neither done nor failed`,
-    );
+  if (result.finalDeliveriesExhausted) {
+    violations.push(`the final phase delivered the window ${FINAL_DELIVERIES} times without finishing it`);
   }
-
-  const outcomes = actors.map((a) => outcomeOf(a));
-  const count = (outcome: string) => outcomes.filter((o) => o === outcome).length;
-  return {
-    violations,
-    ending,
-    facts: {
-      'a takeover': table.audit.grants.filter((g) => g.epoch > 1 && g.epoch !== final.epoch).length,
-      'a crash': actors.filter((a) => a.status === 'crashed').length,
-      'a pause': actors.reduce((n, a) => n + a.pauses, 0),
-      'a throttled request': result.faults.throttled,
-      'a lost reply': result.faults.lostReplies,
-      'a slow request': result.faults.slow,
-      'a request failing every attempt': result.faults.exhausted,
-      'a run completed before the final actor': count('completed'),
-      'a duplicate standing down': count('duplicate'),
-      'a run fenced': count('fenced'),
-      'a run yielding for time': count('yielded for time'),
-      'a run yielding on store errors': count('yielded for store-error'),
-      'a job failing': count('failed'),
-      'a run throwing a StoreError': count('store error'),
-      'effects in doubt at the end': summary?.inDoubt ?? 0,
-      'failed effects at the end': summary?.failed ?? 0,
-      'a reservation in flight across a takeover': table.audit.inFlightStaleReservations,
-      'a reservation issued after a takeover': table.audit.lateReservations.length,
-      'work after the invocation returned': actors.reduce((n, a) => n + a.afterReturn.length, 0),
-    },
-  };
-}
-
-/** What an actor's invocation came to, in a word. */
-function outcomeOf(actor: SimActor): string {
-  if (actor.status === 'crashed') return 'crashed';
-  const result = actor.result;
-  if (!result) return 'unfinished';
-  if (result.kind === 'threw') return result.error instanceof StoreError ? 'store error' : 'failed';
-  const response = result.response;
-  return response.status === 'yielded' ? `yielded for ${response.reason}` : response.status;
-}
-
-function finalActorProblems(final: SimActor): string[] {
-  const result = final.result;
-  if (!result) return ['the final healthy actor never finished'];
-  if (result.kind === 'returned') {
-    const response = result.response;
-    if (response.status === 'completed') return [];
-    if (response.status === 'duplicate' && response.outcome.kind !== 'held') return [];
-  }
-  return [`the final healthy actor could not finish the window: ${describeResult(result)}`];
-}
-
-/** Invariant 2, against the slot's final summary, the ledger and what the provider saw. */
-function accountingProblems(result: SimulationResult, summary: RunSummary): string[] {
-  const { scenario, table, provider, hashKey } = result;
-  const problems: string[] = [];
-  const total = scenario.recipients.length;
-  const { done, skipped, inDoubt, failed, inDoubtKeys } = summary;
-  if (done + skipped + inDoubt + failed !== total) {
-    problems.push(
-      `the final summary accounts for ${done + skipped + inDoubt + failed} of ${total} effects ` +
-        `(done ${done}, skipped ${skipped}, in doubt ${inDoubt}, failed ${failed})`,
-    );
-  }
-  if (total - (done + skipped) !== inDoubt + failed) {
-    problems.push(`not done (${total - done - skipped}) is not in doubt + failed (${inDoubt} + ${failed})`);
-  }
-  if (inDoubtKeys.length !== Math.min(inDoubt, 50) || new Set(inDoubtKeys).size !== inDoubtKeys.length) {
-    problems.push(
-      `the summary lists ${inDoubtKeys.length} distinct-or-not keys for ${inDoubt} effects in doubt`,
-    );
-  }
-  const ranBy = provider.records.filter((r) => r.epoch === summary.epoch);
-  const performed = ranBy.filter((r) => r.fate === 'ok').length;
-  const refused = ranBy.filter((r) => r.fate === 'refused' || r.fate === 'cancelled');
-  if (performed !== done) {
-    problems.push(
-      `the summary of epoch ${summary.epoch} counts ${done} done, but its run completed ${performed} sends`,
-    );
-  }
-  if (refused.length !== failed) {
-    problems.push(
-      `the summary of epoch ${summary.epoch} counts ${failed} failed, but ${refused.length} of its sends were refused`,
-    );
-  }
-  const refusedInFinalRun = new Set(refused.map((r) => r.to));
-  for (const to of new Set(scenario.recipients)) {
-    const keyHash = hashKey(to);
-    const delivered = provider.deliveriesTo(to).length;
-    const record = table.getEffect(SLOT, keyHash);
-    const reportedInDoubt = inDoubtKeys.includes(keyHash);
-    if (record?.state === EffectState.Done && delivered !== 1) {
-      problems.push(`${to} is marked done (epoch ${record.epoch}) but was delivered ${delivered} times`);
+  for (const actor of actors.filter((a) => a.role === 'final')) {
+    if (actor.result?.kind === 'threw') {
+      violations.push(
+        `${actor.name}, a healthy delivery in the final phase, ${describeResult(actor.result)}`,
+      );
     }
-    if (delivered === 0 && !reportedInDoubt && !refusedInFinalRun.has(to)) {
-      const state = record ? `${record.state} by epoch ${record.epoch}` : 'no record';
+  }
+  const record = table.getSlot(SLOT);
+  const ending = endingOf(record);
+  switch (ending) {
+    case 'DONE':
+    case 'PARTIAL':
+      violations.push(...accountingProblems(result, record));
+      break;
+    case 'FAILED':
+      if ((record?.failures ?? 0) < scenario.maxAttempts) {
+        violations.push(
+          `the slot is FAILED after ${record?.failures} failed runs, fewer than ${scenario.maxAttempts}`,
+        );
+      }
+      break;
+    case 'STUCK (deadline)':
+    case 'STUCK (no progress)':
+    case 'STUCK (provider failing)':
+      violations.push(...stuckProblems(result, ending));
+      break;
+    case 'unfinished':
+      violations.push(
+        `after the final phase the slot is ${record?.state ?? 'absent'}: the window is neither finished nor given up ` +
+          `(messages: ${result.queue.messages.map((m) => `${m.id} ${m.state}`).join(', ')})`,
+      );
+      break;
+    default:
+      return ending satisfies never;
+  }
+
+  return { violations, ending, facts: facts(result, record) };
+}
+
+function endingOf(record: SlotItem | undefined): Ending {
+  switch (record?.state) {
+    case SlotState.Done:
+      return 'DONE';
+    case SlotState.Partial:
+      return 'PARTIAL';
+    case SlotState.Failed:
+      return 'FAILED';
+    case SlotState.Stuck:
+      if (/deadline/.test(record.lastError ?? '')) return 'STUCK (deadline)';
+      return /provider-failing/.test(record.lastError ?? '')
+        ? 'STUCK (provider failing)'
+        : 'STUCK (no progress)';
+    default:
+      return 'unfinished';
+  }
+}
+
+/** The handler's response, when the invocation returned one. */
+function responseOf(actor: SimActor) {
+  return actor.result?.kind === 'returned' ? actor.result.response : undefined;
+}
+
+/**
+ * Invariant 2 against the completed window: the stored summary, the ledger its completing run's
+ * tally read (a zombie may still mark an in-doubt effect done afterwards: the summary is not wrong
+ * for it), the final ledger and the provider's counts.
+ */
+function accountingProblems(result: SimulationResult, record: SlotItem | undefined): string[] {
+  const { scenario, provider, hashKey, watch, actors } = result;
+  const problems: string[] = [];
+  const summary = record?.summary ? (JSON.parse(record.summary) as WindowSummary) : undefined;
+  const completion = watch.completion;
+  if (!summary || !completion)
+    return [`the slot is ${record?.state} without a window summary or a completion`];
+  const recipients = [...new Set(scenario.recipients)];
+  const { done, inDoubt, failed, inDoubtKeys, failedKeys, runs } = summary;
+  const expectedState = failed > 0 ? SlotState.Partial : SlotState.Done;
+  if (record?.state !== expectedState) {
+    problems.push(
+      `the window is ${record?.state} with ${failed} failed effects: it should be ${expectedState}`,
+    );
+  }
+  if (done + inDoubt + failed !== recipients.length) {
+    problems.push(
+      `the window summary accounts for ${done + inDoubt + failed} of ${recipients.length} recipients ` +
+        `(done ${done}, in doubt ${inDoubt}, failed ${failed})`,
+    );
+  }
+  for (const [name, keys, count] of [
+    ['in-doubt', inDoubtKeys, inDoubt],
+    ['failed', failedKeys, failed],
+  ] as const) {
+    if (keys.length !== Math.min(count, LISTED_KEYS) || new Set(keys).size !== keys.length) {
+      problems.push(`the summary lists ${keys.length} ${name} keys (distinct or not) for ${count} effects`);
+    }
+  }
+  if (runs !== completion.epoch) {
+    problems.push(`the summary counts ${runs} runs, but epoch ${completion.epoch} completed the window`);
+  }
+  const ledger = completion.ledger ?? new Map<string, EffectItem>();
+  const tallied = { done: 0, inDoubt: 0, failed: 0 };
+  for (const item of ledger.values()) {
+    if (item.state === EffectState.Done) tallied.done++;
+    else if (item.state === EffectState.Reserved) tallied.inDoubt++;
+    else tallied.failed++;
+  }
+  if (tallied.done !== done || tallied.inDoubt !== inDoubt || tallied.failed !== failed) {
+    problems.push(
+      `the summary (done ${done}, in doubt ${inDoubt}, failed ${failed}) is not the ledger ${completion.actor} ` +
+        `read before completing (done ${tallied.done}, in doubt ${tallied.inDoubt}, failed ${tallied.failed})`,
+    );
+  }
+  const deadline = deadlineOf(scenario);
+  for (const to of recipients) {
+    const keyHash = hashKey(to);
+    const item = ledger.get(keyHash);
+    const listed = [inDoubtKeys.includes(keyHash), failedKeys.includes(keyHash)].filter(Boolean).length;
+    if (!item) {
+      problems.push(`${to} had no outcome on record when ${completion.actor} completed the window`);
+      continue;
+    }
+    const expected = item.state === EffectState.Done ? 0 : 1;
+    if (listed !== expected) {
       problems.push(
-        `${to} got nothing, yet the final summary reports it neither in doubt nor failed (ledger: ${state})`,
+        `${to} is ${item.state} on record, yet the summary lists it ${listed === 0 ? 'nowhere' : `${listed} times`}`,
+      );
+    }
+    if (
+      item.state === EffectState.Failed &&
+      item.retryAt !== undefined &&
+      (completion.listedAt ?? 0) <= deadline
+    ) {
+      problems.push(
+        `${completion.actor} completed the window while ${to}'s refusal waited for its retry, before the deadline`,
+      );
+    }
+    if (
+      provider.deliveriesTo(to).length === 0 &&
+      !inDoubtKeys.includes(keyHash) &&
+      !failedKeys.includes(keyHash)
+    ) {
+      problems.push(`${to} got nothing, yet the window summary reports it neither in doubt nor failed`);
+    }
+  }
+  const completer = actors.find((a) => a.name === completion.actor);
+  const response = completer ? responseOf(completer) : undefined;
+  if (response?.status === 'completed') {
+    if (JSON.stringify(response.window) !== JSON.stringify(summary) || response.state !== record?.state) {
+      problems.push(
+        `${completer?.name} returned ${describeResult({ kind: 'returned', response })}, not what it stored`,
       );
     }
   }
   return problems;
+}
+
+/** Invariant 2 against the ledger as it ends, whatever the ending: DONE was delivered once, FAILED never. */
+function ledgerProblems(result: SimulationResult): string[] {
+  const { scenario, table, provider, hashKey } = result;
+  const problems: string[] = [];
+  for (const to of new Set(scenario.recipients)) {
+    const item = table.getEffect(SLOT, hashKey(to));
+    const delivered = provider.deliveriesTo(to).length;
+    if (item?.state === EffectState.Done && delivered !== 1) {
+      problems.push(`${to} is marked done (epoch ${item.epoch}) but was delivered ${delivered} times`);
+    }
+    if (item?.state === EffectState.Failed && delivered !== 0) {
+      problems.push(`${to} is recorded FAILED (epoch ${item.epoch}) but was delivered ${delivered} times`);
+    }
+  }
+  return problems;
+}
+
+/**
+ * Invariant 2, per run: a run's own counts (its result, logs and metrics) are what happened: its
+ * done effects are what its sends did, and it reports as skipped only effects done on record (a
+ * DONE record never changes) or a key its own list named again.
+ */
+function runProblems(result: SimulationResult): string[] {
+  const { scenario, table, hashKey, provider } = result;
+  const problems: string[] = [];
+  const doneOnRecord = [...new Set(scenario.recipients)].filter(
+    (to) => table.getEffect(SLOT, hashKey(to))?.state === EffectState.Done,
+  ).length;
+  const repeats = scenario.recipients.length - new Set(scenario.recipients).size;
+  for (const actor of result.actors) {
+    const response = responseOf(actor);
+    if (!response || response.status === 'duplicate' || response.status === 'rejected') continue;
+    const { done, skipped } = response.summary;
+    const performed = provider.records.filter((r) => r.actor === actor.name && r.fate === 'ok').length;
+    if (done !== performed) {
+      problems.push(
+        `${actor.name} (epoch ${response.epoch}) counts ${done} effects done, but its sends completed ${performed}`,
+      );
+    }
+    if (skipped > doneOnRecord + repeats) {
+      problems.push(
+        `${actor.name} (epoch ${response.epoch}) reports ${skipped} effects skipped as done, but only ${doneOnRecord} are done on record`,
+      );
+    }
+  }
+  return problems;
+}
+
+/**
+ * Invariant 6 at the end: a recipient reaches the provider at most `effectAttempts` times; a
+ * refusal failed for good only on its last attempt; a run that performed an effect and released the
+ * window records no run without progress (else a window still moving could be declared STUCK).
+ */
+function retryProblems(result: SimulationResult): string[] {
+  const { scenario, table, provider, hashKey, watch, actors } = result;
+  const problems: string[] = [];
+  for (const to of new Set(scenario.recipients)) {
+    const attempts = provider.attemptsFor(to);
+    if (attempts > scenario.effectAttempts) {
+      problems.push(
+        `${to} reached the provider ${attempts} times, more than the ${scenario.effectAttempts} attempts the retry policy allows`,
+      );
+    }
+    const item = table.getEffect(SLOT, hashKey(to));
+    if (
+      item?.state === EffectState.Failed &&
+      item.retryAt === undefined &&
+      (item.attempts ?? 0) < scenario.effectAttempts
+    ) {
+      problems.push(`${to} failed for good after ${item.attempts} of ${scenario.effectAttempts} attempts`);
+    }
+  }
+  for (const release of watch.releases) {
+    if (release.kind === 'error' || release.noProgress === 0) continue;
+    const actor = actors.find((a) => a.name === release.actor);
+    // A run the provider stopped achieved nothing by the protocol's rule, whatever it sent.
+    if (actor && stoppedByProvider(result, actor)) continue;
+    const performed = provider.records.filter((r) => r.actor === release.actor && r.fate === 'ok').length;
+    if (performed > 0) {
+      problems.push(
+        `${release.actor} (epoch ${release.epoch}) performed ${performed} effects, yet its release recorded ` +
+          `${release.noProgress} runs without progress`,
+      );
+    }
+  }
+  return problems;
+}
+
+/**
+ * When STUCK is the protocol's own answer, not a liveness failure:
+ *
+ * - Past the deadline: the STUCK was written by a run whose clock was past the window's deadline
+ *   (less the largest skew), the walk had never reached the end (else the window finishes PARTIAL
+ *   or DONE), and no healthy final delivery claimed the window before the deadline without the
+ *   provider stopping it (a healthy run that claims in time walks to the end).
+ * - No progress: at least 3 runs without progress are on record, and either the STUCK was written
+ *   in the faulty phase, or by a run the provider stopped: its last `failureStreakLimit` sends were
+ *   refused, which is how the runtime tells a failing provider (a healthy run otherwise always makes
+ *   progress or waits for a retry, which is not a run without progress). Invariant 6 already holds
+ *   every release to the rule that a run that performed an effect resets the count.
+ */
+function stuckProblems(result: SimulationResult, ending: Ending): string[] {
+  const { scenario, table, watch, actors } = result;
+  const record = table.getSlot(SLOT);
+  const stuck = [...watch.releases].reverse().find((r) => r.state === SlotState.Stuck);
+  if (!record || !stuck) return ['the slot is STUCK, yet no release wrote it'];
+  const why = `STUCK by ${stuck.actor} (${record.lastError})`;
+  const problems: string[] = [];
+  if (ending === 'STUCK (deadline)') {
+    const deadline = deadlineOf(scenario);
+    const walked = record.checkpoint ? (JSON.parse(record.checkpoint) as Checkpoint).walked : false;
+    if (stuck.clockAt <= deadline - MAX_SKEW_MS) problems.push(`${why} before the deadline by its own clock`);
+    if (walked)
+      problems.push(`${why} although its walk had reached the end: it should finish PARTIAL or DONE`);
+    const inTime = actors.find(
+      (a) =>
+        a.role === 'final' &&
+        a.epoch !== undefined &&
+        START + (a.startedAt ?? 0) <= deadline &&
+        !stoppedByProvider(result, a),
+    );
+    if (inTime)
+      problems.push(`${why} although ${inTime.name}, a healthy delivery, claimed it before the deadline`);
+    return problems;
+  }
+  if ((record.noProgress ?? 0) < MAX_RUNS_WITHOUT_PROGRESS) {
+    problems.push(`${why} after ${record.noProgress ?? 0} runs without progress`);
+  }
+  const writer = actors.find((a) => a.name === stuck.actor);
+  if (stuck.role === 'final' && !(writer && stoppedByProvider(result, writer))) {
+    problems.push(`${why}: a healthy run in the final phase gave up, and the provider had not stopped it`);
+  }
+  return problems;
+}
+
+/**
+ * True when the run stopped for a failing provider: it says so (or, killed before it could say,
+ * given up as STUCK, or answered fenced, it may have), and at least `failureStreakLimit` of its sends failed (refused
+ * or timed out), which is what makes the runtime stop. The runtime counts the streak in the order
+ * failures are recorded, which concurrent sends can make differ from the order the provider saw
+ * them: the count is what holds.
+ */
+function stoppedByProvider(result: SimulationResult, actor: SimActor): boolean {
+  const failed = result.provider.records.filter(
+    (r) => r.actor === actor.name && r.fate !== 'ok' && r.fate !== 'cancelled',
+  ).length;
+  if (failed < result.scenario.failureStreakLimit) return false;
+  const response = responseOf(actor);
+  // A STUCK run's reason names the deadline or the count, not what stopped it, and a run whose
+  // release committed but answered fenced (its reply lost, a later epoch there by the client's
+  // retry) says nothing of it: the sends tell.
+  if (!response || response.status === 'stuck' || response.status === 'fenced') return true;
+  return response.status === 'yielded' && response.reason === 'provider-failing';
+}
+
+function facts(result: SimulationResult, record: SlotItem | undefined): Record<string, number> {
+  const { scenario, table, actors, watch, faults, provider } = result;
+  const responses = actors.map(responseOf);
+  const count = (predicate: (a: SimActor) => boolean) => actors.filter(predicate).length;
+  const yielded = (reason: string) =>
+    responses.filter((r) => r?.status === 'yielded' && r.reason === reason).length;
+  const continuations = actors.filter((a) => a.role !== 'fire');
+  const retries = actors.filter((a) => a.role === 'fire' && a.attemptNumber > 1);
+  const overlaps = (a: SimActor, b: SimActor) =>
+    (a.startedAt ?? 0) <= (b.endedAt ?? Number.POSITIVE_INFINITY) &&
+    (b.startedAt ?? 0) <= (a.endedAt ?? Number.POSITIVE_INFINITY);
+  const summary = record?.summary ? (JSON.parse(record.summary) as WindowSummary) : undefined;
+  return {
+    'a takeover': watch.counts.takeovers,
+    'a crash': count((a) => a.status === 'crashed'),
+    'a pause': actors.reduce((n, a) => n + a.pauses, 0),
+    'a throttled request': faults.throttled,
+    'a lost reply': faults.lostReplies,
+    'a slow request': faults.slow,
+    'a request failing every attempt': faults.exhausted,
+    'a resumable source': scenario.resumable ? 1 : 0,
+    'a continuation': continuations.length,
+    'a continuation with faults': count((a) => a.role === 'continuation'),
+    'a duplicated continuation': result.engine.duplicates,
+    'a continuation racing a late Scheduler retry': continuations.filter((c) =>
+      retries.some((r) => overlaps(c, r)),
+    ).length,
+    'a continuation left for the final phase': result.engine.deferred,
+    'a crash right after its release': count(
+      (a) => a.status === 'crashed' && /^release\b/.test(a.lastLanded ?? ''),
+    ),
+    'a resume from a checkpoint': watch.counts.resumes,
+    'a checkpoint written': watch.counts.checkpoints,
+    'a refusal recorded': watch.counts.refusalsRecorded,
+    'a retried refusal': watch.counts.retriedRefusals,
+    'a refusal failing for good': watch.counts.permanentFailures,
+    'a cancelled send put back': watch.counts.cancelled,
+    'a reservation deleted': watch.counts.unreserved,
+    'a run completed before the final phase': count(
+      (a) => a.role !== 'final' && responseOf(a)?.status === 'completed',
+    ),
+    'a duplicate standing down': responses.filter((r) => r?.status === 'duplicate').length,
+    'a continuation told to wait': responses.filter(
+      (r) => r?.status === 'duplicate' && r.outcome.kind === 'waiting',
+    ).length,
+    'a run fenced': responses.filter((r) => r?.status === 'fenced').length,
+    'a run losing its lease': responses.filter((r) => r?.status === 'lease-lost').length,
+    'a run yielding for time': yielded('time'),
+    'a run yielding on store errors': yielded('store-error'),
+    'a run yielding on a failing provider': yielded('provider-failing'),
+    'a run waiting for a retry': yielded('retry-wait'),
+    'a job failing': count((a) => a.result?.kind === 'threw' && !(a.result.error instanceof StoreError)),
+    'a run throwing a StoreError': count(
+      (a) => a.result?.kind === 'threw' && a.result.error instanceof StoreError,
+    ),
+    'effects in doubt at the end': summary?.inDoubt ?? 0,
+    'failed effects at the end': summary?.failed ?? 0,
+    'a window ending past its deadline': (record?.completedAt ?? 0) > deadlineOf(scenario) ? 1 : 0,
+    'a reservation in flight across a takeover': table.audit.inFlightStaleReservations,
+    'a reservation issued after a takeover': table.audit.lateReservations.length,
+    'work after the invocation returned': actors.reduce((n, a) => n + a.afterReturn.length, 0),
+    'an email delivered': provider.records.filter((r) => r.delivered).length,
+  };
 }
 
 function recipientOf(result: SimulationResult, keyHash: string): string {

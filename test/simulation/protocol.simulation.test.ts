@@ -1,15 +1,17 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { checkSimulation, simulationEnvironment } from './run-simulation.js';
-import { type ActorPlan, recipientAddress, type Scenario, scenarios } from './scenario.js';
+import { type ActorPlan, LONG_DEADLINE_MS, recipientAddress, type Scenario, scenarios } from './scenario.js';
 
 /*
- * The deterministic simulation of the claim, lease, epoch and effect-ledger protocol (see
- * docs/simulation.md). Every case is a window fired by 2 to 5 actors through the real handler,
- * with crashes, pauses, skewed clocks, lost replies, throttling, slow requests and provider
- * timeouts, in an order fast-check's scheduler picks; then a healthy actor finishes the window and
- * the invariants are checked. A failure prints fast-check's seed and path, the shrunk scenario,
- * the scheduler's step log and the simulation's trace. To replay it:
+ * The deterministic simulation of the claim, lease, epoch, effect-ledger and continuation protocol
+ * (see docs/simulation.md). Every case is a window fired by 2 to 5 actors through the real handler,
+ * each a receive of a message on the job's work queue, which delivers the window again while it is
+ * not finished; crashes, pauses, Lambda timeouts, skewed clocks, lost replies, throttling, slow
+ * requests, refusals and provider timeouts strike the fires and the first redeliveries, in an order
+ * fast-check's scheduler picks; then a final, healthy phase delivers what is left on the queue until
+ * the window is finished, and the invariants are checked. A failure prints fast-check's seed and
+ * path, the shrunk scenario, the scheduler's step log and the simulation's trace. To replay it:
  *
  *   SIM_SEED=<seed> SIM_PATH='<path>' npx vitest run test/simulation/protocol.simulation.test.ts
  */
@@ -20,33 +22,54 @@ const TIME_LIMIT_MS = 25_000;
 /** Fewer cases than this (a machine much slower than expected) fails the run: thousands, always. */
 const MIN_CASES = 2_000;
 
+const replay = simulationEnvironment();
+const timeLimitMs = replay.seconds !== undefined ? replay.seconds * 1000 : TIME_LIMIT_MS;
+
 describe('the protocol under simulated faults', () => {
-  it('sends no email twice, accounts for every effect not done, never re-grants an epoch, accepts no ' +
-    'stale write and completes a window once, whatever the interleaving', async () => {
-    const replay = simulationEnvironment();
-    const report = await checkSimulation({
-      numRuns: replay.numRuns ?? CASES,
-      timeLimitMs: replay.path === undefined ? TIME_LIMIT_MS : undefined,
-      ...(replay.seed !== undefined ? { seed: replay.seed } : {}),
-      ...(replay.path !== undefined ? { path: replay.path } : {}),
-    });
-    console.info(
-      `simulation: ${report.details.numRuns} cases in ${(report.elapsedMs / 1000).toFixed(1)} s ` +
-        `(seed ${report.details.seed}${report.details.interrupted ? ', stopped at the time limit' : ''})\n${report.stats}`,
-    );
-    if (report.failure) throw new Error(report.failure);
-    if (replay.path === undefined) expect(report.details.numRuns).toBeGreaterThanOrEqual(MIN_CASES);
-    // The run reached the states that matter, not only the happy path.
-    for (const fact of [
-      'a takeover',
-      'a crash',
-      'a pause',
-      'a lost reply',
-      'a reservation in flight across a takeover',
-    ]) {
-      if (replay.path === undefined) expect(report.stats.casesWith(fact), fact).toBeGreaterThan(0);
-    }
-  }, 60_000);
+  it(
+    'sends no email twice, accounts for every effect once, never re-grants an epoch, accepts no stale ' +
+      'write, completes a window once, retries refusals by the policy, checkpoints only what is settled ' +
+      'and finishes every window, whatever the interleaving',
+    async () => {
+      const report = await checkSimulation({
+        numRuns: replay.numRuns ?? CASES,
+        timeLimitMs: replay.path === undefined ? timeLimitMs : undefined,
+        ...(replay.seed !== undefined ? { seed: replay.seed } : {}),
+        ...(replay.path !== undefined ? { path: replay.path } : {}),
+      });
+      console.info(
+        `simulation: ${report.details.numRuns} cases in ${(report.elapsedMs / 1000).toFixed(1)} s ` +
+          `(seed ${report.details.seed}${report.details.interrupted ? ', stopped at the time limit' : ''})\n${report.stats}`,
+      );
+      if (report.failure) throw new Error(report.failure);
+      if (replay.path !== undefined) return;
+      expect(report.details.numRuns).toBeGreaterThanOrEqual(MIN_CASES);
+      // The run reached the states that matter, not only the happy path.
+      for (const fact of [
+        'a takeover',
+        'a crash',
+        'a pause',
+        'a lost reply',
+        'a reservation in flight across a takeover',
+        'a continuation with faults',
+        'a duplicated continuation',
+        'a continuation racing a late Scheduler retry',
+        'a crash right after its release',
+        'a run yielding for time',
+        'a retried refusal',
+        'a refusal failing for good',
+        'a cancelled send put back',
+        'a resume from a checkpoint',
+        'a checkpoint written',
+      ]) {
+        expect(report.stats.casesWith(fact), fact).toBeGreaterThan(0);
+      }
+      for (const ending of ['DONE', 'PARTIAL', 'FAILED', 'STUCK (deadline)']) {
+        expect(report.stats.endings.get(ending) ?? 0, ending).toBeGreaterThan(0);
+      }
+    },
+    timeLimitMs + 35_000,
+  );
 
   // Finding 1 (docs/simulation.md): the reservation a run met when the same key came twice in its
   // list looked like its own lost reply, so the effect ran again. Fixed in EffectRunner.
@@ -74,9 +97,10 @@ describe('the protocol under simulated faults', () => {
       crash: undefined,
       pause: undefined,
       // The claim and two reservations go through; then the store throttles everything for a while,
-      // so the unreserve after the refused send fails every attempt and the job throws.
+      // so recording the refused send fails every attempt while the other worker is still sending.
       requests: ['ok', 'ok', 'ok', ...Array<'throttle'>(6).fill('throttle')],
       sends: ['refused'],
+      jobThrows: undefined,
     };
     const retry = (startAtMs: number): ActorPlan => ({
       ...stormy,
@@ -85,16 +109,23 @@ describe('the protocol under simulated faults', () => {
       requests: [],
       sends: [],
     });
-    const window = fc.integer({ min: 0, max: 8 }).map(
-      (n): Scenario => ({
+    const window = fc.record({ n: fc.integer({ min: 0, max: 8 }), resumable: fc.boolean() }).map(
+      ({ n, resumable }): Scenario => ({
         recipients: ['r0', 'r1', 'r2', 'r3', 'r4'].map((r) => `${r}@example.test`),
+        resumable,
+        alwaysRefused: [],
         concurrency: 2,
         markBatchSize: 3,
         maxAttempts: 3,
+        effectAttempts: 3,
+        effectRetryDelayMs: 3_000,
+        failureStreakLimit: 10,
+        deadlineMs: LONG_DEADLINE_MS,
         returnOldOnConflict: true,
         tickMs: 250,
         stepsPerTick: 16,
         actors: [stormy, retry(n * 250)],
+        continuations: [],
       }),
     );
     const report = await checkSimulation({ scenarios: window, numRuns: 500, endOnFailure: true });

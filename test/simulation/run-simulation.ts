@@ -9,7 +9,7 @@ export interface SimulationCheck {
   readonly scenarios?: fc.Arbitrary<Scenario>;
   /** @default the world as it is */
   readonly variant?: WorldVariant;
-  /** Runtime bugs to tolerate while they are open. @default none */
+  /** Cases to run (shrinking aside). */
   readonly numRuns: number;
   /** Starts no new case after this many milliseconds of real time. @default no limit */
   readonly timeLimitMs?: number;
@@ -76,18 +76,22 @@ export async function checkSimulation(check: SimulationCheck): Promise<Simulatio
 /**
  * Settings from the environment: SIM_SEED with SIM_PATH replays the one failing case fast-check
  * printed (`{ seed: …, path: "…" }`); SIM_SEED alone reruns a whole run; SIM_RUNS changes how many
- * cases run.
+ * cases run, and SIM_SECONDS how long new cases may start (a longer search).
  */
 export function simulationEnvironment(
   env: Readonly<Record<string, string | undefined>> = process.env,
-): Pick<SimulationCheck, 'seed' | 'path'> & { readonly numRuns?: number } {
+): Pick<SimulationCheck, 'seed' | 'path'> & { readonly numRuns?: number; readonly seconds?: number } {
   const seed = env.SIM_SEED === undefined ? undefined : Number(env.SIM_SEED);
   const numRuns = env.SIM_RUNS === undefined ? undefined : Number(env.SIM_RUNS);
+  const seconds = env.SIM_SECONDS === undefined ? undefined : Number(env.SIM_SECONDS);
   if (seed !== undefined && !Number.isInteger(seed)) {
     throw new Error(`SIM_SEED is ${JSON.stringify(env.SIM_SEED)}; use the integer seed fast-check printed`);
   }
   if (numRuns !== undefined && !(Number.isInteger(numRuns) && numRuns > 0)) {
     throw new Error(`SIM_RUNS is ${JSON.stringify(env.SIM_RUNS)}; use a whole number of cases above 0`);
+  }
+  if (seconds !== undefined && !(seconds > 0 && Number.isFinite(seconds))) {
+    throw new Error(`SIM_SECONDS is ${JSON.stringify(env.SIM_SECONDS)}; use a number of seconds above 0`);
   }
   if (env.SIM_PATH !== undefined && seed === undefined) {
     throw new Error('SIM_PATH replays a case only together with the SIM_SEED it was printed with');
@@ -96,6 +100,7 @@ export function simulationEnvironment(
     ...(seed !== undefined ? { seed } : {}),
     ...(env.SIM_PATH !== undefined ? { path: env.SIM_PATH } : {}),
     ...(numRuns !== undefined ? { numRuns } : {}),
+    ...(seconds !== undefined ? { seconds } : {}),
   };
 }
 

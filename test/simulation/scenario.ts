@@ -12,24 +12,46 @@ export const START = Date.parse(WINDOW) + 5_000;
 export const LEASE_MS = 6_000;
 /** The runtime's default ratio: new effects stop a sixth of the lease before it ends. */
 export const SAFETY_MARGIN_MS = LEASE_MS / 6;
+/** The largest clock skew an actor has, either way: within the lease's safety margin and beyond it. */
+export const MAX_SKEW_MS = 2_000;
+/** A run stops taking effects with less than this left before its Lambda timeout. */
+export const STOP_MARGIN_MS = 1_500;
 /** Attempts per request, as the SDK's retry policy makes them (slotguard configures 8; 3 exhausts sooner). */
 export const CLIENT_ATTEMPTS = 3;
 /** How late a slow request arrives: a whole lease, so a slow write can land after a takeover. */
 export const SLOW_MS = LEASE_MS;
+/** Each wait before a refused effect's retry is twice the one before. */
+export const EFFECT_RETRY_BACKOFF_RATE = 2;
+/** A long deadline leaves room for any continuation; a short one (the least allowed) runs out. */
+export const LONG_DEADLINE_MS = 20 * 60_000;
+export const SHORT_DEADLINE_MS = 60_000;
+/** Runs without progress before a window is STUCK (the runtime's default). */
+export const MAX_RUNS_WITHOUT_PROGRESS = 3;
 
-/** The run options every actor uses; concurrency and mark batching come from the scenario. */
+/** The run options every actor uses; the rest comes from the scenario. */
 export function runOptions(scenario: Scenario): RunOptions {
   return {
     leaseMs: LEASE_MS,
     renewEveryMs: LEASE_MS / 3,
     leaseSafetyMarginMs: SAFETY_MARGIN_MS,
-    stopMarginMs: 1_500,
+    stopMarginMs: STOP_MARGIN_MS,
     effectConcurrency: scenario.concurrency,
     maxAttempts: scenario.maxAttempts,
     markBatchSize: scenario.markBatchSize,
     markFlushMs: 1_000,
+    deadlineMs: scenario.deadlineMs,
+    maxRunsWithoutProgress: MAX_RUNS_WITHOUT_PROGRESS,
+    effectRetry: {
+      maxAttempts: scenario.effectAttempts,
+      firstDelayMs: scenario.effectRetryDelayMs,
+      backoffRate: EFFECT_RETRY_BACKOFF_RATE,
+    },
+    failureStreakLimit: scenario.failureStreakLimit,
   };
 }
+
+/** The window's deadline, as the first claim stores it: the scheduled time plus the scenario's deadline. */
+export const deadlineOf = (scenario: Scenario) => Date.parse(WINDOW) + scenario.deadlineMs;
 
 /** What happens to one attempt of a store request. */
 export type AttemptFate =
@@ -45,7 +67,7 @@ export type AttemptFate =
 /** What the mail provider does with one send. */
 export type SendFate =
   | 'ok'
-  /** Refused before acting (EffectNotPerformedError): not delivered, the reservation is released. */
+  /** Refused before acting (EffectNotPerformedError, throttled): not delivered, retried by a later run. */
   | 'refused'
   /** Delivered, then the reply times out: in doubt, and delivered. */
   | 'timeout-after-delivery'
@@ -59,17 +81,11 @@ export type Phase =
   /** After it took effect (the write committed, the provider accepted), before the reply is seen. */
   | 'after';
 
-/** One delivery of the window: a replica's fire, a Scheduler retry or a Lambda duplicate. */
-export interface ActorPlan {
-  /** When the delivery arrives, after the start. */
-  readonly startAtMs: number;
+/** How one process running one delivery of the window is struck: its clock, its deadline, its faults. */
+export interface ProcessPlan {
   /** How far this actor's clock is off the true time. */
   readonly skewMs: number;
-  /** The Lambda request id: async duplicates repeat it. */
-  readonly requestId: number;
-  /** Scheduler's attempt number: retries carry 2, 3, with a new execution id. */
-  readonly attemptNumber: number;
-  /** The Lambda's timeout: past it the process is killed. Absent: no deadline. */
+  /** The Lambda's timeout: the run stops taking effects 1.5 s before it, and the process is killed at it. Absent: none. */
   readonly timeoutMs: number | undefined;
   /** The process dies at its n-th awaited operation, counted from 0. */
   readonly crash: { readonly atOp: number; readonly phase: Phase } | undefined;
@@ -79,16 +95,52 @@ export interface ActorPlan {
   readonly requests: readonly AttemptFate[];
   /** Fates of its sends, in order; then all ok. */
   readonly sends: readonly SendFate[];
+  /**
+   * The job's own code throws (a bug, a dependency down) before its walk or after it: the run
+   * fails, counting toward maxAttempts. Absent: it does not.
+   */
+  readonly jobThrows: 'before' | 'after' | undefined;
+}
+
+/** One fire of the window: the schedule's message, a duplicate receive of it, or a Scheduler retry's. */
+export interface ActorPlan extends ProcessPlan {
+  /** When the delivery arrives, after the start. */
+  readonly startAtMs: number;
+  /** The Lambda request id: async duplicates repeat it. */
+  readonly requestId: number;
+  /**
+   * Scheduler's attempt number. Each attempt is its own message on the work queue (a retried
+   * SendMessage whose first try did land); actors with the same attempt are receives of one message.
+   */
+  readonly attemptNumber: number;
+}
+
+/** A redelivery of a window's message by the work queue while the window is not finished, in the faulty phase. */
+export interface ContinuationPlan extends ProcessPlan {
+  /** At-least-once: the queue delivers this receive a second time, this long after the first. Absent: once. */
+  readonly duplicateAfterMs: number | undefined;
 }
 
 /** One simulated window: its recipients, the runtime's settings, the network's speed and its actors. */
 export interface Scenario {
   /** The recipient list the job iterates, in order. */
   readonly recipients: readonly string[];
+  /** The job reads its recipients from a resumable source (continuations resume from the checkpoint) rather than a list. */
+  readonly resumable: boolean;
+  /** Recipients (by index) the provider refuses on every attempt, healthy or not: a suppressed address. */
+  readonly alwaysRefused: readonly number[];
   readonly concurrency: number;
   readonly markBatchSize: number;
   /** Failed runs before the slot is marked FAILED. */
   readonly maxAttempts: number;
+  /** Attempts per refused effect before it fails for good. */
+  readonly effectAttempts: number;
+  /** The wait before a refused effect's first retry (doubled for each later one). */
+  readonly effectRetryDelayMs: number;
+  /** Consecutive refusals of one kind that stop a run ('provider-failing'). */
+  readonly failureStreakLimit: number;
+  /** How long after its scheduled time the window must be finished. */
+  readonly deadlineMs: number;
   /** DynamoDB returns the conflicting item with a failed condition; dynalite does not. */
   readonly returnOldOnConflict: boolean;
   /** How far time moves in one tick of the simulated clock. */
@@ -99,6 +151,8 @@ export interface Scenario {
    */
   readonly stepsPerTick: number;
   readonly actors: readonly ActorPlan[];
+  /** The faults of the work queue's first redeliveries, in order; later ones wait for the final, healthy phase. */
+  readonly continuations: readonly ContinuationPlan[];
 }
 
 /** The address of recipient `index`. */
@@ -117,7 +171,7 @@ function attemptFates(percent: number, maxLength: number): fc.Arbitrary<AttemptF
 
 const sendFate = fc.oneof(
   { weight: 12, arbitrary: fc.constant<SendFate>('ok') },
-  { weight: 2, arbitrary: fc.constant<SendFate>('refused') },
+  { weight: 3, arbitrary: fc.constant<SendFate>('refused') },
   { weight: 2, arbitrary: fc.constant<SendFate>('timeout-after-delivery') },
   { weight: 1, arbitrary: fc.constant<SendFate>('timeout-before-delivery') },
 );
@@ -133,16 +187,18 @@ function sometimes<T>(arbitrary: fc.Arbitrary<T>, percent: number): fc.Arbitrary
 }
 const steps = (max: number, stepMs: number) => fc.integer({ min: 0, max }).map((n) => n * stepMs);
 
-const actorPlan: fc.Arbitrary<ActorPlan> = fc.record({
-  // Up to 20 s, three leases: Scheduler retries and late duplicates arrive after a holder's lease.
-  startAtMs: steps(40, 500),
+const processPlan = {
   // Up to two seconds either way: within the lease's safety margin (1 s) and beyond it.
-  skewMs: fc.integer({ min: -8, max: 8 }).map((n) => n * 250),
-  requestId: fc.integer({ min: 1, max: 3 }),
-  attemptNumber: fc.integer({ min: 1, max: 3 }),
+  skewMs: fc.integer({ min: -8, max: 8 }).map((n) => n * (MAX_SKEW_MS / 8)),
+  // From 1 s (less than the stop margin: the run yields before its first effect) to 21 s, in half
+  // seconds, mostly under 6 s (a run of five recipients takes a few), so the run stops for time at
+  // any step: between reservations, during a mark flush or a checkpoint, or killed during its release.
   timeoutMs: sometimes(
-    steps(20, 1_000).map((ms) => ms + 4_000),
-    25,
+    fc.oneof(
+      { weight: 3, arbitrary: steps(10, 500).map((ms) => ms + 1_000) },
+      { weight: 1, arbitrary: steps(30, 500).map((ms) => ms + 6_000) },
+    ),
+    35,
   ),
   crash: sometimes(fc.record({ atOp: fc.nat(24), phase }), 40),
   pause: sometimes(fc.record({ atOp: fc.nat(24), phase, forMs: steps(16, 1_000) }), 35),
@@ -153,26 +209,62 @@ const actorPlan: fc.Arbitrary<ActorPlan> = fc.record({
     { weight: 1, arbitrary: attemptFates(60, 40) },
   ),
   sends: fc.array(sendFate, { maxLength: 6 }),
+  jobThrows: sometimes(fc.constantFrom<'before' | 'after'>('before', 'after'), 6),
+};
+
+const actorPlan: fc.Arbitrary<ActorPlan> = fc.record({
+  ...processPlan,
+  // Up to 20 s, three leases: Scheduler retries and late duplicates arrive after a holder's lease,
+  // and race the continuations of a run that yielded.
+  startAtMs: steps(40, 500),
+  requestId: fc.integer({ min: 1, max: 3 }),
+  attemptNumber: fc.integer({ min: 1, max: 3 }),
 });
 
+const continuationPlan: fc.Arbitrary<ContinuationPlan> = fc.record({
+  ...processPlan,
+  // Mostly at once (two receives racing for the claim), sometimes a few seconds apart.
+  duplicateAfterMs: sometimes(steps(8, 500), 25),
+});
+
+/** Distinct recipient lists of 1 to 5 addresses. */
+const distinctRecipients = fc
+  .integer({ min: 1, max: 5 })
+  .map((n) => Array.from({ length: n }, (_, i) => recipientAddress(i)));
+
 /**
- * Scenarios of one window: 2 to 5 actors fire it with their own faults, and up to 5 distinct
- * recipients. `recipients` can be replaced to try other lists (see broken-variants.test.ts).
+ * Scenarios of one window: 2 to 5 actors fire it with their own faults, up to 3 redeliveries of its
+ * message by the work queue carry faults too, and up to 5 distinct recipients. `recipients` can be
+ * replaced to try other lists (see protocol.simulation.test.ts).
  */
 export function scenarios(
-  recipients: fc.Arbitrary<readonly string[]> = fc
-    .integer({ min: 1, max: 5 })
-    .map((n) => Array.from({ length: n }, (_, i) => recipientAddress(i))),
+  recipients: fc.Arbitrary<readonly string[]> = distinctRecipients,
 ): fc.Arbitrary<Scenario> {
   return fc.record({
     recipients,
+    resumable: fc.boolean(),
+    // A quarter of the windows have one or two addresses the provider refuses every time.
+    alwaysRefused: fc.oneof(
+      { weight: 3, arbitrary: fc.constant<number[]>([]) },
+      { weight: 1, arbitrary: fc.uniqueArray(fc.nat(4), { minLength: 1, maxLength: 2 }) },
+    ),
     concurrency: fc.integer({ min: 1, max: 3 }),
     markBatchSize: fc.integer({ min: 1, max: 3 }),
     maxAttempts: fc.constantFrom(1, 3),
+    effectAttempts: fc.constantFrom(2, 3),
+    // A few seconds: retries happen within a case. Twenty: runs that yield and come back meanwhile
+    // meet refusals that are not due yet.
+    effectRetryDelayMs: fc.constantFrom(3_000, 20_000),
+    failureStreakLimit: fc.constantFrom(2, 10),
+    deadlineMs: fc.oneof(
+      { weight: 4, arbitrary: fc.constant(LONG_DEADLINE_MS) },
+      { weight: 1, arbitrary: fc.constant(SHORT_DEADLINE_MS) },
+    ),
     returnOldOnConflict: fc.boolean(),
     // From time racing every step (a round trip as long as a lease) to many steps a tick (fast).
     tickMs: fc.constantFrom(250, 500, 1_000, 2_000),
     stepsPerTick: fc.constantFrom(0, 1, 2, 4, 8, 16),
     actors: fc.array(actorPlan, { minLength: 2, maxLength: 5 }),
+    continuations: fc.array(continuationPlan, { maxLength: 3 }),
   });
 }

@@ -1,19 +1,26 @@
 import type { Clock } from '../../shared/clock.js';
 import type { HandlerResponse } from '../../shared/job/lambda-handler.js';
 import { ManualClock } from '../helpers/manual-clock.js';
-import type { ActorPlan, AttemptFate, SendFate } from './scenario.js';
+import type { AttemptFate, ProcessPlan, SendFate } from './scenario.js';
 
 /** What the simulation needs from its world to run an actor. */
 export interface ActorWorld {
   /** Simulated milliseconds since the start. */
   readonly now: number;
   /** Runs `fn` once the simulated time reaches `at`. */
-  at(at: number, fn: () => void, options?: { readonly wakes?: boolean }): void;
+  at(at: number, fn: () => void, options?: { readonly wakes?: boolean | (() => boolean) }): void;
   note(who: string, text: string | (() => string)): void;
 }
 
 /** Where an actor's process is: not fired yet, running, frozen, dead, or its invocation returned. */
 export type ActorStatus = 'waiting' | 'running' | 'paused' | 'crashed' | 'finished';
+
+/**
+ * What started the actor: a fire of the schedule (its message's first receive, a duplicate receive,
+ * a Scheduler retry's message), a redelivery by the work queue in the faulty phase, or one in the
+ * final, healthy phase.
+ */
+export type ActorRole = 'fire' | 'continuation' | 'final';
 
 /** What the runtime's handler gave back: a response, or what it threw. */
 export type ActorResult =
@@ -36,12 +43,15 @@ export type ActorResult =
  */
 export class SimActor {
   readonly name: string;
-  readonly plan: ActorPlan;
+  readonly role: ActorRole;
+  readonly plan: ProcessPlan;
   /** The actor's own clock: true time plus its skew. The world moves it. */
   readonly clock: ManualClock;
   /** The clock the runtime sees: the same time, with timers that respect crashes and pauses. */
   readonly runtimeClock: Clock;
   status: ActorStatus = 'waiting';
+  /** Scheduler's attempt number in the message it received. */
+  attemptNumber = 1;
   /** The epoch its run was granted, once it was. */
   epoch: number | undefined;
   result: ActorResult | undefined;
@@ -54,6 +64,13 @@ export class SimActor {
   readonly afterReturn: string[] = [];
   /** The shared table's version when the invocation returned. */
   returnedAt: number | undefined;
+  /** True time the invocation started, and ended (returned, threw or was killed). */
+  startedAt: number | undefined;
+  endedAt: number | undefined;
+  /** The last of its operations that took effect, for the statistics (a crash right after a release). */
+  lastLanded: string | undefined;
+  /** Called when the process has seen its claim or a renewal commit: the handler's visibility heartbeat. */
+  onHeartbeat: (() => void) | undefined;
   readonly #world: ActorWorld;
   #ops = 0;
   #requestFates = 0;
@@ -63,9 +80,10 @@ export class SimActor {
   /** When each timer the runtime set is due, by this actor's clock, so the world can stop time there. */
   readonly #timers = new Set<{ readonly at: number }>();
 
-  constructor(world: ActorWorld, name: string, plan: ActorPlan, clockStart: number) {
+  constructor(world: ActorWorld, name: string, role: ActorRole, plan: ProcessPlan, clockStart: number) {
     this.#world = world;
     this.name = name;
+    this.role = role;
     this.plan = plan;
     this.clock = new ManualClock(clockStart);
     this.runtimeClock = {
@@ -103,6 +121,7 @@ export class SimActor {
   crash(why: string): void {
     if (this.status === 'crashed' || this.status === 'finished') return;
     this.status = 'crashed';
+    this.endedAt = this.#world.now;
     // Dropping the waiters is the crash: what they would have resumed is never run.
     this.#resumers = [];
     this.#deferredTimers = [];
@@ -121,6 +140,7 @@ export class SimActor {
   finish(result: ActorResult, version: number): void {
     this.result = result;
     this.returnedAt = version;
+    this.endedAt ??= this.#world.now;
     if (this.status !== 'crashed') this.status = 'finished';
     this.#world.note(this.name, () => `finished: ${describeResult(result)}`);
   }
@@ -138,6 +158,7 @@ export class SimActor {
         await this.proceed();
       },
       landed: () => {
+        this.lastLanded = label;
         if (crash === 'after') this.crash(`after op ${index} (${label}) took effect`);
         else if (pause?.phase === 'after')
           this.pause(pause.forMs, `after op ${index} (${label}) took effect`);
@@ -185,7 +206,7 @@ export interface ActorOp {
   landed(): void;
 }
 
-/** One line for a trace or a violation: the handler's status, epoch and summary, or its error. */
+/** One line for a trace or a violation: the handler's status, epoch and counts, or its error. */
 export function describeResult(result: ActorResult): string {
   if (result.kind === 'threw') {
     return `threw ${result.error instanceof Error ? `${result.error.name}: ${result.error.message}` : String(result.error)}`;
@@ -196,7 +217,21 @@ export function describeResult(result: ActorResult): string {
       return `duplicate (${response.outcome.kind})`;
     case 'rejected':
       return `rejected (${response.message})`;
+    case 'completed':
+      return `completed ${response.state} epoch ${response.epoch} ${counts(response.summary)} window ${JSON.stringify({ ...response.window, inDoubtKeys: undefined, failedKeys: undefined })}`;
+    case 'yielded':
+      return `yielded for ${response.reason} epoch ${response.epoch} ${counts(response.summary)}${response.resumeAfter === undefined ? '' : ` resume after ${new Date(response.resumeAfter).toISOString()}`}`;
+    case 'stuck':
+      return `stuck epoch ${response.epoch} ${counts(response.summary)} (${response.reason})`;
+    case 'lease-lost':
+      return `lease-lost epoch ${response.epoch} ${counts(response.summary)} released ${response.released}`;
+    case 'fenced':
+      return `fenced epoch ${response.epoch} ${counts(response.summary)}`;
     default:
-      return `${response.status} epoch ${response.epoch} ${JSON.stringify({ ...response.summary, inDoubtKeys: undefined })}`;
+      return response satisfies never;
   }
+}
+
+function counts(summary: { readonly inDoubtKeys: unknown; readonly failedKeys: unknown }): string {
+  return JSON.stringify({ ...summary, inDoubtKeys: undefined, failedKeys: undefined });
 }

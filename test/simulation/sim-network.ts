@@ -1,7 +1,7 @@
 import type { WriteResult } from '../../shared/backends/memory/memory-table.js';
 import type { MemoryRequest, MemoryTransport } from '../../shared/backends/memory/memory-transport.js';
 import type { EmailMessage, EmailSender } from '../../shared/effects/email-sender.js';
-import { EffectNotPerformedError } from '../../shared/errors.js';
+import { EffectNotPerformedError, NotPerformedReason } from '../../shared/errors.js';
 import { CLIENT_ATTEMPTS, type SendFate, SLOW_MS } from './scenario.js';
 import type { SimActor } from './sim-actor.js';
 
@@ -16,6 +16,10 @@ export interface NetworkWorld {
   recipientOf(keyHash: string): string;
   /** Faults that actually struck, counted for the run's statistics. */
   readonly faults: FaultCounts;
+  /** A request was applied to the table, by `actor`, with this reply: the store's observer looks at it. */
+  applied(actor: SimActor, request: MemoryRequest, reply: unknown): void;
+  /** True when the provider refuses `to` on every attempt (a suppressed address), whoever sends. */
+  alwaysRefuses(to: string): boolean;
 }
 
 /** Faults that struck in one case, for the run's statistics. */
@@ -70,6 +74,7 @@ export class SimulatedNetwork implements MemoryTransport {
       }
       const reply = execute();
       this.#world.note(actor.name, () => `${label} #${attempt} applied: ${describeReply(reply)}`);
+      this.#world.applied(actor, request, reply);
       if (!landed) {
         landed = true;
         op.landed();
@@ -81,6 +86,10 @@ export class SimulatedNetwork implements MemoryTransport {
       }
       await this.#world.step(`${actor.name} ${label} reply`);
       await actor.proceed();
+      // The handler keeps its message invisible for two leases from each claim and renewal it sees.
+      if ((request.operation === 'claim' || request.operation === 'renew') && isCommitted(reply)) {
+        actor.onHeartbeat?.();
+      }
       return reply;
     }
     if (!landed) op.landed();
@@ -95,7 +104,8 @@ export interface ProviderRecord {
   readonly to: string;
   readonly actor: string;
   readonly epoch: number | undefined;
-  readonly fate: SendFate | 'cancelled';
+  /** `rejected`: an address the provider refuses every time; `cancelled`: never reached the provider. */
+  readonly fate: SendFate | 'rejected' | 'cancelled';
   readonly delivered: boolean;
 }
 
@@ -116,13 +126,18 @@ export class MailProvider {
   deliveriesTo(to: string): readonly ProviderRecord[] {
     return this.#delivered.get(to) ?? [];
   }
+
+  /** The sends for `to` that reached the provider, refused or not: attempts, as the retry policy counts them. */
+  attemptsFor(to: string): number {
+    return this.records.filter((r) => r.to === to && r.fate !== 'cancelled').length;
+  }
 }
 
 /**
- * One actor's email sender. A send is one step; what the provider does comes from the actor's plan.
- * A send that "crashes" after the provider accepted it still counts as delivered. Like the SES
- * sender, it refuses to start a send once the lease's signal has fired (nothing sent), and never
- * cancels one in flight.
+ * One actor's email sender. A send is one step; what the provider does comes from the actor's plan,
+ * except for an address the provider refuses every time. A send that "crashes" after the provider
+ * accepted it still counts as delivered. Like a sender should, it refuses to start a send once the
+ * lease's signal has fired, saying it cancelled (nothing attempted), and never cancels one in flight.
  */
 export class SimulatedSender implements EmailSender {
   readonly #actor: SimActor;
@@ -147,17 +162,27 @@ export class SimulatedSender implements EmailSender {
         fate: 'cancelled',
         delivered: false,
       });
-      throw new EffectNotPerformedError('the lease was lost before the send started; nothing was sent');
+      throw new EffectNotPerformedError('the lease was lost before the send started; nothing was sent', {
+        reason: NotPerformedReason.Cancelled,
+      });
     }
-    const fate = actor.nextSendFate();
+    const fate = this.#world.alwaysRefuses(message.to) ? 'rejected' : actor.nextSendFate();
     await this.#world.step(`${actor.name} send ${message.to}${fate === 'ok' ? '' : ` (${fate})`}`);
     const delivered = fate === 'ok' || fate === 'timeout-after-delivery';
     this.#provider.record({ to: message.to, actor: actor.name, epoch: actor.epoch, fate, delivered });
     this.#world.note(actor.name, `send ${message.to}: ${fate}${delivered ? ', delivered' : ''}`);
     op.landed();
     await actor.proceed();
-    if (fate === 'refused')
-      throw new EffectNotPerformedError('the provider refused the message before sending it');
+    if (fate === 'refused') {
+      throw new EffectNotPerformedError('the provider throttled the message; nothing was sent', {
+        reason: NotPerformedReason.Throttled,
+      });
+    }
+    if (fate === 'rejected') {
+      throw new EffectNotPerformedError('the provider rejected the address; nothing was sent', {
+        reason: NotPerformedReason.Rejected,
+      });
+    }
     if (fate !== 'ok') throw new Error(`timed out waiting for the provider (${fate})`);
   }
 }
@@ -167,6 +192,11 @@ function describeRequest(request: MemoryRequest, world: NetworkWorld): string {
   const key = request.keyHash ? ` ${world.recipientOf(request.keyHash)}` : '';
   const keys = request.keys !== undefined ? ` ×${request.keys}` : '';
   return `${request.operation}${key}${keys}${epoch}`;
+}
+
+/** True for a conditional write's reply that says it committed. */
+export function isCommitted(reply: unknown): reply is { readonly committed: true; readonly old: unknown } {
+  return typeof reply === 'object' && reply !== null && 'committed' in reply && reply.committed === true;
 }
 
 function describeReply(reply: unknown): string {

@@ -1,7 +1,9 @@
 import type fc from 'fast-check';
 import { type MemoryBackend, memoryBackend } from '../../shared/backends/memory/memory-backend.js';
 import { MemoryTable } from '../../shared/backends/memory/memory-table.js';
+import type { MemoryRequest } from '../../shared/backends/memory/memory-transport.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
+import { resumableSource } from '../../shared/effects/resumable-source.js';
 import { defineJob } from '../../shared/job/job-definition.js';
 import { createJobHandler } from '../../shared/job/lambda-handler.js';
 import type { SlotBackend } from '../../shared/job/run-slot.js';
@@ -9,8 +11,18 @@ import type { Log } from '../../shared/telemetry/log.js';
 import type { JobMetrics } from '../../shared/telemetry/metrics.js';
 import { schedulerEvent, TEST_SECRET } from '../helpers/harness.js';
 import { settle } from '../helpers/manual-clock.js';
-import { type ActorPlan, JOB_ID, LEASE_MS, runOptions, type Scenario, START, WINDOW } from './scenario.js';
-import { SimActor } from './sim-actor.js';
+import {
+  type ActorPlan,
+  type ContinuationPlan,
+  JOB_ID,
+  LEASE_MS,
+  type ProcessPlan,
+  runOptions,
+  type Scenario,
+  START,
+  WINDOW,
+} from './scenario.js';
+import { type ActorRole, SimActor } from './sim-actor.js';
 import {
   type FaultCounts,
   MailProvider,
@@ -18,6 +30,8 @@ import {
   SimulatedNetwork,
   SimulatedSender,
 } from './sim-network.js';
+import { type QueueMessage, type QueueWorld, type Receipt, SimWorkQueue } from './sim-work-queue.js';
+import { indexOfPosition, positionOf, StoreWatch } from './store-watch.js';
 
 /**
  * A deliberately broken piece of the world, to prove the invariants catch what they guard against.
@@ -35,32 +49,48 @@ export interface SimulationResult {
   readonly scenario: Scenario;
   readonly table: MemoryTable;
   readonly provider: MailProvider;
+  /** Every invocation, in the order they started: fires, faulty continuations, then the final phase's. */
   readonly actors: readonly SimActor[];
-  /** The healthy actor fired once every other had stopped: it must finish the window. */
-  readonly final: SimActor;
+  readonly queue: SimWorkQueue;
+  /** What the store saw as it applied each request. */
+  readonly watch: StoreWatch;
   readonly hashKey: (recipient: string) => string;
   readonly trace: Trace;
   readonly faults: FaultCounts;
+  /** What the work queue did beyond first receives: duplicate receives, redeliveries left for the final phase. */
+  readonly engine: { readonly duplicates: number; readonly deferred: number };
+  /** True time the final, healthy phase began. */
+  readonly finalPhaseAt: number;
+  /** Set when the final phase stopped delivering after FINAL_DELIVERIES without the window finishing. */
+  readonly finalDeliveriesExhausted: boolean;
   /** Set when simulated time ran past the limit without the world settling. */
   readonly stuck: boolean;
 }
 
 /** Past this much simulated time a world that has not settled is stuck: a liveness failure. */
-const TIME_LIMIT_MS = 10 * 60_000;
+const TIME_LIMIT_MS = 3 * 60 * 60_000;
+/** An invocation still running after this much simulated time never ends: a liveness failure. */
+const INVOCATION_LIMIT_MS = 10 * 60_000;
 
-/** The final actor is fired this long after everything else stopped: every lease has ended by then. */
+/** The final phase begins this long after everything else stopped: every lease has ended by then. */
 const FINAL_DELAY_MS = 2 * LEASE_MS + 5_000;
+/**
+ * Deliveries the final phase makes before it gives up. A window needs at most a few: one that walks,
+ * one per retry of a refused effect, one after the deadline; held and waiting answers add some.
+ */
+export const FINAL_DELIVERIES = 25;
+/** The final phase's network: fast, so a healthy run's round trips never race its lease. */
+const FINAL_NETWORK = { tickMs: 500, stepsPerTick: 64 } as const;
 
-const HEALTHY: ActorPlan = {
-  startAtMs: 0,
+/** A process nothing strikes: the final phase's deliveries. */
+const HEALTHY: ProcessPlan = {
   skewMs: 0,
-  requestId: 0,
-  attemptNumber: 1,
   timeoutMs: undefined,
   crash: undefined,
   pause: undefined,
   requests: [],
   sends: [],
+  jobThrows: undefined,
 };
 
 const silentMetrics: JobMetrics = { count() {}, flush: async () => {} };
@@ -69,8 +99,10 @@ const silentMetrics: JobMetrics = { count() {}, flush: async () => {} };
  * Runs one scenario: its actors fire the window through the real handler (createJobHandler →
  * runSlot → LeaseKeeper, EffectRunner), each against its own SimulatedNetwork to one shared
  * MemoryTable, while fast-check's scheduler picks, one at a time, which pending step happens next:
- * a request arriving, a reply coming back, a send, or the clock moving on. When nothing is left to
- * happen, a healthy actor fires the window once more and must finish it.
+ * a request arriving, a reply coming back, a send, or the clock moving on. Every fire is a receive
+ * of a message on the job's work queue, which delivers it again while the window is not finished;
+ * the scenario's continuation plans strike the first redeliveries. When nothing is left to happen,
+ * the final phase delivers the window's messages with healthy processes until it is finished.
  */
 export async function simulate(
   scenario: Scenario,
@@ -101,55 +133,80 @@ export class Trace {
   }
 }
 
-class World implements NetworkWorld {
+interface WorldEvent {
+  readonly at: number;
+  readonly seq: number;
+  /** Whether the event is a reason for time to move on (a Lambda kill alone is not). */
+  readonly wakes: boolean | (() => boolean);
+  readonly fn: () => void;
+}
+
+class World implements NetworkWorld, QueueWorld {
   now = 0;
   readonly trace = new Trace();
   readonly provider = new MailProvider();
   readonly faults: FaultCounts = { throttled: 0, lostReplies: 0, slow: 0, exhausted: 0 };
   readonly table: MemoryTable;
+  readonly watch: StoreWatch;
+  readonly queue: SimWorkQueue;
   readonly actors: SimActor[] = [];
   readonly #scenario: Scenario;
   readonly #scheduler: fc.Scheduler;
   readonly #variant: WorldVariant;
   readonly #hashKey = hmacEffectKeys(TEST_SECRET);
   readonly #recipients = new Map<string, string>();
-  #events: { at: number; seq: number; wakes: boolean; fn: () => void }[] = [];
+  readonly #alwaysRefused: ReadonlySet<string>;
+  #events: WorldEvent[] = [];
   #seq = 0;
   #tickPending = false;
   #stepsSinceTick = 0;
   #stuck = false;
+  #final = false;
+  #finalPhaseAt = 0;
+  #finalDeliveries = 0;
+  #finalDeliveriesExhausted = false;
+  #continuationPlans: ContinuationPlan[];
+  readonly #engine = { duplicates: 0, deferred: 0 };
 
   constructor(scenario: Scenario, scheduler: fc.Scheduler, variant: WorldVariant) {
     this.#scenario = scenario;
     this.#scheduler = scheduler;
     this.#variant = variant;
     this.table = variant.table?.() ?? new MemoryTable();
+    this.watch = new StoreWatch(this.table, scenario.recipients, this.#hashKey);
+    this.queue = new SimWorkQueue(this, scenario.deadlineMs);
+    this.#continuationPlans = [...scenario.continuations];
     for (const recipient of scenario.recipients) this.#recipients.set(this.#hashKey(recipient), recipient);
+    this.#alwaysRefused = new Set(
+      scenario.alwaysRefused.flatMap((index) => scenario.recipients[index] ?? []),
+    );
   }
 
   async run(): Promise<SimulationResult> {
-    for (const [index, plan] of this.#scenario.actors.entries()) {
-      const actor = new SimActor(this, `a${index + 1}`, plan, START + plan.skewMs);
-      this.actors.push(actor);
-      this.at(plan.startAtMs, () => this.#fire(actor));
-    }
-    await this.#drive(true);
-    // Every other actor has finished, crashed or is stuck for good: fire once more, healthy, past
-    // every lease, with the clock still; it must complete the window or find it done or failed.
-    const finalAt = this.now + FINAL_DELAY_MS;
-    while (this.now < finalAt) await this.#advanceTo(finalAt);
-    const final = new SimActor(this, 'final', HEALTHY, START + this.now);
-    this.#fire(final);
-    await this.#drive(false);
+    for (const plan of this.#scenario.actors) this.at(plan.startAtMs, () => this.#fire(plan));
+    await this.#drive();
+    // Every invocation has finished or died, and the queue's redeliveries with faults are used up:
+    // past every lease, deliver what is left on the queue with healthy processes, with the engine's
+    // delays on the simulated clock, until the window is finished (or can never run).
+    this.#finalPhaseAt = this.now + FINAL_DELAY_MS;
+    while (this.now < this.#finalPhaseAt) await this.#advanceTo(this.#finalPhaseAt);
+    this.#final = true;
+    this.note('world', 'final phase: healthy deliveries of what is left on the queue');
+    for (const message of this.queue.queued) if (message.deferred) this.redeliver(message);
+    await this.#drive();
     return {
       scenario: this.#scenario,
       table: this.table,
       provider: this.provider,
       actors: this.actors,
-      final,
+      queue: this.queue,
+      watch: this.watch,
       hashKey: this.#hashKey,
       trace: this.trace,
       faults: this.faults,
+      engine: this.#engine,
+      finalPhaseAt: this.#finalPhaseAt,
+      finalDeliveriesExhausted: this.#finalDeliveriesExhausted,
       stuck: this.#stuck,
     };
   }
@@ -172,12 +229,74 @@ class World implements NetworkWorld {
     return this.#recipients.get(keyHash) ?? keyHash.slice(0, 8);
   }
 
-  at(at: number, fn: () => void, options: { wakes?: boolean } = {}): void {
+  applied(actor: SimActor, request: MemoryRequest, reply: unknown): void {
+    this.watch.applied(actor, request, reply, this.now);
+  }
+
+  alwaysRefuses(to: string): boolean {
+    return this.#alwaysRefused.has(to);
+  }
+
+  at(at: number, fn: () => void, options: { wakes?: boolean | (() => boolean) } = {}): void {
     this.#events.push({ at, seq: this.#seq++, wakes: options.wakes ?? true, fn });
   }
 
-  /** Starts an actor's invocation of the real handler. */
-  #fire(actor: SimActor): void {
+  // QueueWorld
+
+  /**
+   * The queue delivers a message again: in the faulty phase with the next continuation plan (and
+   * left for the final phase once there is none), in the final phase with a healthy process.
+   */
+  redeliver(message: QueueMessage): void {
+    if (this.#final) {
+      if (this.#finalDeliveries >= FINAL_DELIVERIES) {
+        this.#finalDeliveriesExhausted = true;
+        this.note('world', `the final phase stops after ${FINAL_DELIVERIES} deliveries`);
+        return;
+      }
+      this.#finalDeliveries++;
+      this.#receive(message, 'final', HEALTHY);
+      return;
+    }
+    const plan = this.#continuationPlans.shift();
+    if (!plan) {
+      message.deferred = true;
+      this.#engine.deferred++;
+      this.note('queue', `${message.id} is visible; its redelivery waits for the final phase`);
+      return;
+    }
+    this.#receive(message, 'continuation', plan);
+    if (plan.duplicateAfterMs !== undefined) {
+      // At-least-once: the same message handed to a second invocation, a healthy one.
+      this.at(this.now + plan.duplicateAfterMs, () => {
+        if (message.state !== 'queued') return;
+        this.#engine.duplicates++;
+        this.#receive(message, 'continuation', { ...HEALTHY, skewMs: plan.skewMs });
+      });
+    }
+  }
+
+  /** A fire of the schedule: a receive of its attempt's message (the first one sends it). */
+  #fire(plan: ActorPlan): void {
+    this.#receive(this.queue.messageFor(plan.attemptNumber), 'fire', plan, `req-${plan.requestId}`);
+  }
+
+  #receive(message: QueueMessage, role: ActorRole, plan: ProcessPlan, requestId?: string): void {
+    const receipt = this.queue.receive(message);
+    if (!receipt) return;
+    const name =
+      role === 'fire'
+        ? `a${this.actors.length + 1}`
+        : `${role === 'final' ? 'f' : 'c'}${this.actors.length + 1}`;
+    const actor = new SimActor(this, name, role, plan, START + this.now + plan.skewMs);
+    actor.attemptNumber = message.attemptNumber;
+    this.actors.push(actor);
+    actor.onHeartbeat = () => this.queue.heartbeat(receipt);
+    this.#start(actor, receipt, requestId ?? `req-${name}`);
+  }
+
+  /** Starts an invocation of the real handler for one receive. */
+  #start(actor: SimActor, receipt: Receipt, requestId: string): void {
     const plan = actor.plan;
     const backend = memoryBackend({
       table: this.table,
@@ -186,15 +305,23 @@ class World implements NetworkWorld {
       returnOldOnConflict: this.#scenario.returnOldOnConflict,
     });
     const sender = new SimulatedSender(actor, this, this.provider);
-    const recipients = this.#scenario.recipients;
+    const items = this.#scenario.recipients.map((to, index) => ({ to, position: positionOf(index) }));
+    const source = this.#scenario.resumable
+      ? resumableSource({
+          read: (after) => items.slice(after === undefined ? 0 : indexOfPosition(after) + 1),
+          position: (item) => item.position,
+        })
+      : items;
     const concurrency = this.#scenario.concurrency;
     const job = defineJob({
       id: JOB_ID,
       async run(ctx) {
         actor.epoch = ctx.epoch;
-        await ctx.onceEach(recipients, { key: (to) => to, concurrency }, (to, signal) =>
-          sender.send({ to, subject: `report ${WINDOW}`, text: 'your report' }, { signal }),
+        if (plan.jobThrows === 'before') throw new Error('the job failed before its walk');
+        await ctx.onceEach(source, { key: (item) => item.to, concurrency }, (item, signal) =>
+          sender.send({ to: item.to, subject: `report ${WINDOW}`, text: 'your report' }, { signal }),
         );
+        if (plan.jobThrows === 'after') throw new Error('the job failed after its walk');
       },
     });
     const handler = createJobHandler(job, {
@@ -203,20 +330,29 @@ class World implements NetworkWorld {
       log: this.#log(actor),
       clock: actor.runtimeClock,
       options: runOptions(this.#scenario),
+      workQueue: this.queue.forReceipt(receipt, actor.name),
     });
     const deadline = plan.timeoutMs === undefined ? undefined : actor.clock.now() + plan.timeoutMs;
+    const message = receipt.message;
     actor.status = 'running';
+    actor.startedAt = this.now;
     this.note(
       actor.name,
-      `fires: request req-${plan.requestId}, attempt ${plan.attemptNumber}, clock ${plan.skewMs >= 0 ? '+' : ''}${plan.skewMs} ms`,
+      `${actor.role === 'fire' ? 'fires' : 'continues'}: ${message.id} receive ${receipt.receiveCount}, ` +
+        `request ${requestId}, attempt ${message.attemptNumber}, clock ${plan.skewMs >= 0 ? '+' : ''}${plan.skewMs} ms` +
+        (plan.timeoutMs === undefined ? '' : `, timeout ${plan.timeoutMs} ms`),
     );
-    handler(schedulerEvent(JOB_ID, WINDOW, plan.attemptNumber), {
-      awsRequestId: `req-${plan.requestId}`,
+    const event = {
+      ...schedulerEvent(JOB_ID, WINDOW, message.attemptNumber),
+      ...(receipt.receiveCount > 1 ? { continuation: true } : {}),
+    };
+    handler(event, {
+      awsRequestId: requestId,
       getRemainingTimeInMillis: () =>
         deadline === undefined ? Number.MAX_SAFE_INTEGER : deadline - actor.clock.now(),
     }).then(
-      (response) => actor.finish({ kind: 'returned', response }, this.table.version),
-      (error: unknown) => actor.finish({ kind: 'threw', error }, this.table.version),
+      (response) => this.#finished(actor, receipt, { kind: 'returned', response }),
+      (error: unknown) => this.#finished(actor, receipt, { kind: 'threw', error }),
     );
     if (plan.timeoutMs !== undefined) {
       // Lambda kills the invocation at its timeout, whatever it was doing.
@@ -224,18 +360,31 @@ class World implements NetworkWorld {
     }
   }
 
+  #finished(actor: SimActor, receipt: Receipt, result: Parameters<SimActor['finish']>[0]): void {
+    actor.finish(result, this.table.version);
+    // A killed process's handler never answers its message; the queue delivers it again when its
+    // visibility runs out.
+    const how = actor.status === 'crashed' ? 'killed' : result.kind === 'returned' ? 'returned' : 'threw';
+    this.queue.settle(receipt, how, actor.name);
+  }
+
   /**
-   * Lets fast-check pick pending steps until none is left. With `time`, the clock is one of the
-   * steps: a tick is pending whenever anything could still happen (once the scenario's steps per
-   * tick have passed, or at once when nothing else is pending), so a request can be overtaken by a
-   * lease's end. Timers due now fire before the next pick.
+   * Lets fast-check pick pending steps until none is left. The clock is one of the steps: a tick is
+   * pending whenever anything could still happen (once the scenario's steps per tick have passed,
+   * or at once when nothing else is pending), so a request can be overtaken by a lease's end. Timers
+   * due now fire before the next pick. When no invocation is live and nothing is pending, time
+   * jumps to the next thing due: nothing can happen in between.
    */
-  async #drive(time: boolean): Promise<void> {
+  async #drive(): Promise<void> {
     for (;;) {
-      if (time && this.#timerDue()) await this.#advanceTo(this.now);
+      if (this.#timerDue()) await this.#advanceTo(this.now);
       const busy = this.#scheduler.count() > 0;
-      if (time && !this.#tickPending && this.#timeMatters()) {
-        if (!busy || this.#stepsSinceTick >= this.#scenario.stepsPerTick) this.#scheduleTick();
+      if (!this.#tickPending && this.#timeMatters()) {
+        if (!busy && !this.actors.some((a) => a.live)) {
+          await this.#advanceTo(Number.POSITIVE_INFINITY);
+          continue;
+        }
+        if (!busy || this.#stepsSinceTick >= this.#network.stepsPerTick) this.#scheduleTick();
       }
       if (this.#scheduler.count() > 0) {
         this.#stepsSinceTick++;
@@ -244,23 +393,40 @@ class World implements NetworkWorld {
       }
       await settle();
       if (this.#scheduler.count() > 0) continue;
-      if (time && !this.#tickPending && this.#timeMatters()) continue;
+      if (!this.#tickPending && this.#timeMatters()) continue;
       return;
     }
   }
 
+  get #network(): { readonly tickMs: number; readonly stepsPerTick: number } {
+    return this.#final ? FINAL_NETWORK : this.#scenario;
+  }
+
   #timeMatters(): boolean {
-    if (this.now > TIME_LIMIT_MS) {
-      if (!this.#stuck) this.note('world', `STUCK: still busy after ${TIME_LIMIT_MS} ms of simulated time`);
+    const endless = this.actors.find(
+      (a) => a.live && a.startedAt !== undefined && this.now - a.startedAt > INVOCATION_LIMIT_MS,
+    );
+    if (this.now > TIME_LIMIT_MS || endless) {
+      if (!this.#stuck) {
+        this.note(
+          'world',
+          endless
+            ? `STUCK: ${endless.name} still running after ${INVOCATION_LIMIT_MS} ms`
+            : `STUCK: still busy after ${TIME_LIMIT_MS} ms of simulated time`,
+        );
+      }
       this.#stuck = true;
       return false;
     }
-    return this.#events.some((e) => e.wakes) || this.actors.some((a) => a.live);
+    return (
+      this.#events.some((e) => (typeof e.wakes === 'function' ? e.wakes() : e.wakes)) ||
+      this.actors.some((a) => a.live)
+    );
   }
 
   #scheduleTick(): void {
     this.#tickPending = true;
-    const to = this.now + this.#scenario.tickMs;
+    const to = this.now + this.#network.tickMs;
     // The act runs inside fast-check's step, so the clock has finished moving (and every timer it
     // fired has run) before the next step is picked.
     void this.#scheduler.schedule(
@@ -279,9 +445,9 @@ class World implements NetworkWorld {
   /**
    * Moves true time towards `to`, every actor's clock by the same amount, and stops at the first
    * thing due on the way: a runtime timer (a renewal, a lease check, a mark flush) or a world event
-   * (an actor fires, a pause ends, a slow request arrives). What is due then runs, in order, and
-   * what it starts gets steps before time moves on, as in real time, where a renewal goes out when
-   * it is due and races the lease's end.
+   * (an actor fires, a message becomes visible, a pause ends, a slow request arrives). What is due
+   * then runs, in order, and what it starts gets steps before time moves on, as in real time, where
+   * a renewal goes out when it is due and races the lease's end.
    */
   async #advanceTo(to: number): Promise<void> {
     this.#events.sort((a, b) => a.at - b.at || a.seq - b.seq);
@@ -290,6 +456,7 @@ class World implements NetworkWorld {
       const local = actor.nextTimerAt;
       if (local !== undefined) until = Math.min(until, local - (actor.clock.now() - this.now));
     }
+    if (!Number.isFinite(until)) return;
     const by = Math.max(0, until - this.now);
     this.now += by;
     for (const actor of this.actors) await actor.clock.advance(by);

@@ -95,13 +95,16 @@ export class DynamoEffectLedger implements EffectLedger {
         const outcome = reserveOutcomeOfConflict(current, claim, options);
         if (outcome.kind === 'take-over') return this.#takeOver(claim, keyHash, outcome.current);
         if (outcome.kind !== 'retry') return outcome;
-        condition =
-          '#state = :failed AND #epoch = :staleEpoch AND #owner = :staleOwner AND #attempts = :attempts';
+        // An item stores `attempts` only above 0: a send cancelled before its first attempt is
+        // FAILED without it, and `#attempts = :attempts` would never match that item.
+        condition = `#state = :failed AND #epoch = :staleEpoch AND #owner = :staleOwner AND ${
+          current.attempts > 0 ? '#attempts = :attempts' : 'attribute_not_exists(#attempts)'
+        }`;
         values = {
           ':failed': str(EffectState.Failed),
           ':staleEpoch': num(current.epoch),
           ':staleOwner': str(current.owner),
-          ':attempts': num(current.attempts),
+          ...(current.attempts > 0 ? { ':attempts': num(current.attempts) } : {}),
         };
         attempts = current.attempts;
       }

@@ -1,0 +1,199 @@
+import {
+  MAX_DELAY_MS,
+  MAX_VISIBILITY_MS,
+  queueSeconds,
+  type VisibilityOutcome,
+  type WorkQueue,
+} from '../../shared/continuation/work-queue.js';
+import { LEASE_MS } from './scenario.js';
+
+/** The job function's configured timeout: the queue's visibility timeout is six times it. */
+export const FUNCTION_TIMEOUT_MS = 30_000;
+/** How long a received message stays invisible before the queue delivers it again (6 × the function timeout). */
+export const VISIBILITY_TIMEOUT_MS = 6 * FUNCTION_TIMEOUT_MS;
+/** The handler's heartbeat: from each claim and renewal, the message stays invisible this long. */
+export const HEARTBEAT_VISIBILITY_MS = 2 * LEASE_MS;
+
+/** One message of the window on the job's work queue: the schedule's, or a Scheduler retry's. */
+export class QueueMessage {
+  readonly id: string;
+  /** Scheduler's attempt number in the message body. */
+  readonly attemptNumber: number;
+  /** Receives so far; the latest receipt is the only one SQS honours. */
+  receives = 0;
+  /** When it becomes visible again (and is delivered), while it is on the queue. */
+  visibleAt = 0;
+  state: 'queued' | 'deleted' | 'dead-letter' = 'queued';
+  /** Visible while the faulty phase has no redelivery plan left: the final phase delivers it. */
+  deferred = false;
+  /** Bumped at each visibility change, so a delivery timed by an earlier one is dropped. */
+  version = 0;
+
+  constructor(id: string, attemptNumber: number) {
+    this.id = id;
+    this.attemptNumber = attemptNumber;
+  }
+}
+
+/** One receive of a message: what the handler's visibility changes name. */
+export interface Receipt {
+  readonly message: QueueMessage;
+  /** The message's receive count at this receive. */
+  readonly receiveCount: number;
+  /** SQS's receipt handle: the message and the receive. */
+  readonly handle: string;
+  /** Set when the handler asked for the window to come back (a retry), with the delay it gave. */
+  retryAfterMs: number | undefined;
+}
+
+/** What the queue needs from the world: the time, events, the trace, and a way to start a delivery. */
+export interface QueueWorld {
+  readonly now: number;
+  /** Runs `fn` at `at`; `wakes` says whether the event still matters (a superseded visibility does not). */
+  at(at: number, fn: () => void, options: { readonly wakes: () => boolean }): void;
+  note(who: string, text: string): void;
+  /** The queue delivers `message` again: the world starts an invocation for it (or defers it). */
+  redeliver(message: QueueMessage): void;
+}
+
+/**
+ * The job's SQS work queue, as far as one window's messages go: at-least-once delivery, visibility
+ * timeouts on the simulated clock, heartbeats, receipt handles (only the latest receive's delete or
+ * visibility change counts) and the dead-letter queue after maxReceiveCount. A message is
+ * delivered again whenever its visibility runs out, whoever is still working on it.
+ *
+ * What becomes of a message after a run is the real handler's decision (createJobHandler, with
+ * the engine's dispositionOf): each invocation gets `forReceipt`, a WorkQueue whose `send` (the
+ * handler's continuation) sets when the received message comes back, as the SQS path's
+ * ChangeMessageVisibility does; a run that returned without asking for one is deleted, as the
+ * event source mapping deletes a record not reported failed.
+ */
+export class SimWorkQueue {
+  readonly messages: QueueMessage[] = [];
+  readonly #world: QueueWorld;
+  readonly #maxReceiveCount: number;
+
+  constructor(world: QueueWorld, deadlineMs: number) {
+    this.#world = world;
+    this.#maxReceiveCount = Math.min(1000, 2 * Math.ceil(deadlineMs / FUNCTION_TIMEOUT_MS) + 50);
+  }
+
+  /** The message of Scheduler attempt `attemptNumber`, sent when that attempt first fires. */
+  messageFor(attemptNumber: number): QueueMessage {
+    const existing = this.messages.find((m) => m.attemptNumber === attemptNumber);
+    if (existing) return existing;
+    const message = new QueueMessage(`m${attemptNumber}`, attemptNumber);
+    this.messages.push(message);
+    return message;
+  }
+
+  /** A receive: invisible for the visibility timeout. Undefined once it went to the dead-letter queue. */
+  receive(message: QueueMessage): Receipt | undefined {
+    if (message.receives >= this.#maxReceiveCount) {
+      message.state = 'dead-letter';
+      this.#world.note(
+        'queue',
+        `${message.id} moved to the dead-letter queue after ${message.receives} receives`,
+      );
+      return undefined;
+    }
+    message.receives++;
+    message.deferred = false;
+    this.#setVisibility(message, VISIBILITY_TIMEOUT_MS);
+    return {
+      message,
+      receiveCount: message.receives,
+      handle: `${message.id}#${message.receives}`,
+      retryAfterMs: undefined,
+    };
+  }
+
+  /** The handler saw its claim or a renewal commit: two leases from now. */
+  heartbeat(receipt: Receipt): void {
+    if (this.#honours(receipt)) this.#setVisibility(receipt.message, HEARTBEAT_VISIBILITY_MS);
+  }
+
+  /**
+   * The work queue one invocation's handler sees: its continuation (`send`) delays the message it
+   * received, and a visibility change applies to the latest receive only.
+   */
+  forReceipt(receipt: Receipt, who: string): WorkQueue {
+    return {
+      send: async (_body, delayMs) => {
+        const afterMs = queueSeconds(delayMs, MAX_DELAY_MS, 'delayMs') * 1000;
+        receipt.retryAfterMs = afterMs;
+        this.#changeVisibility(receipt, Math.max(afterMs, 1000), who, 'continuation');
+      },
+      changeVisibility: async (handle, visibleInMs) =>
+        handle === receipt.handle
+          ? this.#changeVisibility(
+              receipt,
+              queueSeconds(visibleInMs, MAX_VISIBILITY_MS, 'visibleInMs') * 1000,
+              who,
+              'visibility',
+            )
+          : 'not-in-flight',
+    };
+  }
+
+  /**
+   * The invocation is over. Killed, it answers nothing: the message comes back when its
+   * visibility runs out. Returned without asking for a retry, its message is deleted (the window
+   * is finished or can never run). Threw without one (its continuation could not be sent): kept.
+   */
+  settle(receipt: Receipt, how: 'killed' | 'returned' | 'threw', who: string): void {
+    const message = receipt.message;
+    if (how === 'killed' || receipt.retryAfterMs !== undefined) return;
+    if (how === 'threw') {
+      this.#world.note(
+        'queue',
+        `${who}: ${message.id} returns at ${message.visibleAt} ms (the handler threw)`,
+      );
+      return;
+    }
+    if (!this.#honours(receipt)) {
+      this.#world.note('queue', `${who}: delete of ${message.id} ignored (${this.#why(message)})`);
+      return;
+    }
+    message.state = 'deleted';
+    message.version++;
+    this.#world.note('queue', `${who}: ${message.id} deleted`);
+  }
+
+  /** Messages still on the queue. */
+  get queued(): readonly QueueMessage[] {
+    return this.messages.filter((m) => m.state === 'queued');
+  }
+
+  #changeVisibility(receipt: Receipt, ms: number, who: string, what: string): VisibilityOutcome {
+    const message = receipt.message;
+    if (!this.#honours(receipt)) {
+      this.#world.note('queue', `${who}: ${what} of ${message.id} ignored (${this.#why(message)})`);
+      return 'not-in-flight';
+    }
+    this.#setVisibility(message, ms);
+    this.#world.note('queue', `${who}: ${message.id} again at ${message.visibleAt} ms (${what})`);
+    return 'changed';
+  }
+
+  #why(message: QueueMessage): string {
+    return message.state === 'queued' ? 'a stale receipt' : `the message is ${message.state}`;
+  }
+
+  #honours(receipt: Receipt): boolean {
+    return receipt.message.state === 'queued' && receipt.receiveCount === receipt.message.receives;
+  }
+
+  #setVisibility(message: QueueMessage, ms: number): void {
+    const version = ++message.version;
+    message.visibleAt = this.#world.now + ms;
+    const current = () => message.version === version && message.state === 'queued';
+    this.#world.at(
+      message.visibleAt,
+      () => {
+        if (current()) this.#world.redeliver(message);
+      },
+      { wakes: current },
+    );
+  }
+}
