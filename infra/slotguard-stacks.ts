@@ -26,10 +26,11 @@ export interface SlotguardStacksProps {
   readonly jobStacks?: number;
   /**
    * Props of every stack, the base stack and the job stacks: `env`, `tags`, `synthesizer`,
-   * `terminationProtection`, …
+   * `terminationProtection`, … Not `stackName`: the base stack's name comes from the id, and each
+   * job stack's from the base stack's.
    * @default none: environment-agnostic stacks with the default synthesizer
    */
-  readonly stackProps?: StackProps;
+  readonly stackProps?: Omit<StackProps, 'stackName'>;
   /**
    * Props of the ClaimsTable the base stack holds.
    * @default ClaimsTable's defaults (retained, deletion protection, AWS managed key)
@@ -50,8 +51,8 @@ export interface SlotguardStacksProps {
   readonly existingEffectKeySecret?: string;
   /**
    * One SlotguardDashboard per job stack, over that stack's jobs. (One dashboard for the whole app
-   * would import every job's metrics and alarms from the job stacks into one stack, over
-   * CloudFormation's 200 outputs per job stack, and make the stacks depend on each other.)
+   * cannot live in the base stack, which the job stacks depend on; in a stack of its own it would
+   * import 14 values per job, past CloudFormation's 200 outputs for a job stack of 15 jobs.)
    * @default true
    */
   readonly dashboards?: boolean;
@@ -141,7 +142,7 @@ export class SlotguardStacks {
   readonly effectKeySecretReference: string;
   /** How many hashed job stacks there are (`jobs-1` …). */
   readonly jobStackCount: number;
-  private readonly stackProps: StackProps;
+  private readonly stackProps: Omit<StackProps, 'stackName'>;
   private readonly dashboards: boolean;
   private readonly stacksByKey = new Map<string, JobStack>();
   private readonly allJobs: ScheduledJob[] = [];
