@@ -6,7 +6,7 @@ import { describe } from '../shared/slot/slot.js';
 import { ClaimsTable, type ClaimsTableProps } from './claims-table.js';
 import { CLOUDFORMATION_STACK_LIMITS } from './cloudformation-limits.js';
 import {
-  checkEffectKeySecretName,
+  checkEffectKeySecretReference,
   effectKeySecretReference,
   namedEffectKeySecret,
 } from './effect-key-secret.js';
@@ -170,9 +170,7 @@ export class SlotguardStacks {
             'keep a secret that exists, or effectKeySecretName alone to create a new one',
         );
       }
-      if (!props.existingEffectKeySecret.startsWith('arn:')) {
-        checkEffectKeySecretName(this.base, 'existingEffectKeySecret', props.existingEffectKeySecret);
-      }
+      checkEffectKeySecretReference(this.base, 'existingEffectKeySecret', props.existingEffectKeySecret);
       this.effectKeySecretReference = props.existingEffectKeySecret;
       this.effectKeySecret = effectKeySecretReference(this.base, this.effectKeySecretReference);
     } else {

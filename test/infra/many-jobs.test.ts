@@ -359,7 +359,19 @@ describe('SlotguardStacks: a full stack and bad props', () => {
     ['has a character Secrets Manager refuses', 'slotguard reports', /is not a Secrets Manager secret name/],
   ])('refuses an effect-key secret name that %s', (_, name, message) => {
     expect(() => manyJobsApp([], { effectKeySecretName: name })).toThrow(message);
-    expect(() => manyJobsApp([], { existingEffectKeySecret: name })).toThrow(message);
+    expect(() => manyJobsApp([], { existingEffectKeySecret: name })).toThrow(
+      new RegExp(`existingEffectKeySecret .*${message.source}`),
+    );
+  });
+
+  it('refuses an existing secret by an ARN without the suffix, which its grant would never match', () => {
+    expect(() =>
+      manyJobsApp(['job-001'], {
+        existingEffectKeySecret: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:slotguard/old-key',
+      }),
+    ).toThrow(
+      /existingEffectKeySecret "arn:aws:secretsmanager:.+:secret:slotguard\/old-key" is not a secret's complete ARN/,
+    );
   });
 
   it('reads an existing secret by its complete ARN and creates none', () => {
