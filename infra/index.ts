@@ -2,8 +2,9 @@
  * `slotguard/cdk`: the CDK constructs. A `ScheduledJob` per job (schedule, work queue, function
  * bundled from your handler with the local esbuild, dead-letter queue, alarms), a `ClaimsTable`
  * (DynamoDB) or `PostgresClaims` for their claims, the `SlotguardWatchdog` each backend gets, a
- * `SlotguardDashboard` over them. aws-cdk-lib and constructs
- * are peer dependencies: the app's own copies are used.
+ * `SlotguardDashboard` over them, and `SlotguardStacks` to spread many jobs over stacks with one
+ * table and one effect-key secret. aws-cdk-lib and constructs are peer dependencies: the app's own
+ * copies are used.
  *
  * One re-export per public name, so adding a name is one line.
  * @example
@@ -13,7 +14,12 @@
 export type { CatchUpPolicy, JobSpec, ScheduleSpec } from '../shared/job/job-spec.js';
 export type { ClaimsBackend, ClaimsBackendFunctionOptions } from './claims-backend.js';
 export { CLAIMS_TABLE_ACTIONS, ClaimsTable, type ClaimsTableProps } from './claims-table.js';
-export { sharedEffectKeySecret } from './effect-key-secret.js';
+export { CLOUDFORMATION_STACK_LIMITS } from './cloudformation-limits.js';
+export {
+  effectKeySecretReference,
+  namedEffectKeySecret,
+  sharedEffectKeySecret,
+} from './effect-key-secret.js';
 export { InfraValidationError } from './infra-validation-error.js';
 export { ALARM_PAGING, type AlarmKey, DASHBOARD_ONLY } from './paging.js';
 export {
@@ -34,6 +40,12 @@ export {
   workQueueMaxReceiveCount,
 } from './scheduled-job.js';
 export { SlotguardDashboard, type SlotguardDashboardProps } from './slotguard-dashboard.js';
+export {
+  jobStackNumber,
+  type SlotguardJobProps,
+  SlotguardStacks,
+  type SlotguardStacksProps,
+} from './slotguard-stacks.js';
 export {
   JOBS_PER_STOPPED_ALARM,
   SlotguardWatchdog,

@@ -68,7 +68,9 @@ export interface ScheduledJobProps {
   /** Where claims and the effect ledger live, e.g. a `ClaimsTable` shared by the app's jobs. */
   readonly claims: ClaimsBackend;
   /**
-   * The HMAC secret for effect keys.
+   * The HMAC secret for effect keys. A job hashes its effect keys with it, so a job that moves to a
+   * stack with another secret sees its stored hashes change: `SlotguardStacks` gives every job of
+   * an app one secret, found by name.
    * @default one generated secret per stack, shared by its jobs
    */
   readonly effectKeySecret?: secretsmanager.ISecret;
