@@ -12,6 +12,8 @@ import {
 } from '@aws-sdk/client-scheduler';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { CliIo } from '../../cli/cli-support.js';
+import { repositoryLocalRuns } from '../../cli/repository-local-runs.js';
 import { main } from '../../cli/slotguard.js';
 import { jobCatalog } from '../../functions/catalog.js';
 import { localJob } from '../../functions/local-jobs.js';
@@ -60,7 +62,16 @@ async function world(clock: ManualClock) {
   return { backend, runner, where };
 }
 
-async function cli(argv: string[], clock = new ManualClock(at('07:00'))) {
+/**
+ * Runs one command line in-process, as the bin does in this repository: with the local runner's
+ * side (repositoryLocalRuns) and the example app's catalog (slotguard.config.json at the root).
+ * `host` replaces parts of that: `{ localRuns: undefined }` is the CLI as an installed package runs it.
+ */
+async function cli(
+  argv: string[],
+  clock = new ManualClock(at('07:00')),
+  host: Pick<CliIo, 'env' | 'cwd' | 'localRuns'> = {},
+) {
   let out = '';
   let err = '';
   const code = await main(argv, {
@@ -68,6 +79,8 @@ async function cli(argv: string[], clock = new ManualClock(at('07:00'))) {
     stderr: { write: (text: string) => (err += text) },
     clock,
     env: {},
+    localRuns: repositoryLocalRuns,
+    ...host,
   });
   return { code, out, err };
 }
@@ -995,11 +1008,11 @@ describe('slotguard usage, help and an unreachable backend', () => {
   it.each([
     [
       ['slots', 'list', '--from', 'now-1d', '--to', 'now'],
-      /--job is missing; the jobs are weekly-report, payment-reminder/,
+      /--job is missing; the jobs in \.\/functions\/catalog\.ts \(slotguard\.config\.json\) are weekly-report, payment-reminder/,
     ],
     [
       ['slots', 'show', '--job', 'nightly', '--window', '2026-11-30T06:00:00Z'],
-      /there is no job "nightly" in functions\/catalog.ts/,
+      /there is no job "nightly" in \.\/functions\/catalog\.ts \(slotguard\.config\.json\); the jobs are weekly-report, payment-reminder/,
     ],
     [
       ['slots', 'show', '--job', 'weekly-report', '--window', '2026-11-30T09:00'],
