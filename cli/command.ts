@@ -13,6 +13,7 @@ import {
   usageError,
 } from './cli-support.js';
 import { type CatalogJob, catalogJob, findCatalog, loadCatalog } from './job-catalog.js';
+import { deployedJob } from './schedule-commands.js';
 import { windowNote } from './slot-view.js';
 
 /** One option of a command, as parsed and as `--help` lists it. */
@@ -102,35 +103,61 @@ export class CommandContext {
 
   /**
    * `--job`, from the team's catalog (see findCatalog: `--catalog`, SLOTGUARD_CATALOG, the project's
-   * slotguard.config.json or package.json), and its schedule (`--rate-start` anchors a rate()).
+   * slotguard.config.json or package.json), and its schedule (`--rate-start` anchors a rate()). With
+   * no catalog named, against a claims table in AWS (`--table` alone), the job as its deployed
+   * schedules define it (deployedJob).
    */
   async job(): Promise<{ spec: CatalogJob; schedule: JobSchedule }> {
+    const jobId = this.text('job');
     const reference = findCatalog(this.text('catalog'), this.env, this.io.cwd ?? process.cwd());
-    if (!reference) {
+    let spec: CatalogJob;
+    let source: string;
+    let deployedRateStart: number | undefined;
+    if (reference) {
+      const catalog = await loadCatalog(reference);
+      spec = catalogJob(catalog, jobId);
+      source = catalog.source;
+    } else if (this.inAws()) {
+      const deployed = await deployedJob(this, jobId);
+      ({ job: spec, source, rateStart: deployedRateStart } = deployed);
+      const deadline = spec.deadlineMinutes === undefined ? '' : `, deadline ${spec.deadlineMinutes} min`;
+      this.warn(
+        `note: no catalog named; job ${spec.id} is read from ${source}: ${spec.schedule.expression} ` +
+          `${spec.schedule.timeZone ?? 'UTC'}${deadline}. Its catch-up policy is not deployed: backfill uses once ` +
+          'within a day unless --catch-up and --max-lateness say otherwise, or --catalog names your catalog.',
+      );
+    } else {
       throw usageError(
-        `the CLI reads ${this.text('job') ? `job ${JSON.stringify(this.text('job'))}'s` : "a job's"} schedule from ` +
-          'your job catalog, and none is named: give --catalog ./path/to/catalog.js (the module exporting the ' +
-          'JobSpec[] your CDK app builds ScheduledJobs from), set SLOTGUARD_CATALOG, or add { "catalog": "…" } to ' +
-          'slotguard.config.json or as the "slotguard" field of package.json in your project',
+        `the CLI reads ${jobId ? `job ${JSON.stringify(jobId)}` : 'the job'} from your job catalog, and none is ` +
+          'named: give --catalog ./path/to/catalog.js (the module exporting the JobSpec[] your CDK app builds ' +
+          'ScheduledJobs from), set SLOTGUARD_CATALOG, or add { "catalog": "…" } to slotguard.config.json or as ' +
+          'the "slotguard" field of package.json in your project. Against a table in AWS (--table alone) the ' +
+          "CLI reads it from the job's deployed schedule instead.",
       );
     }
-    const catalog = await loadCatalog(reference);
-    const spec = catalogJob(catalog, this.text('job'));
-    const rateStart = this.text('rate-start');
+    const given = this.text('rate-start');
+    const rateStart = given !== undefined ? this.time('rate-start') : deployedRateStart;
     try {
-      const schedule = new JobSchedule(
-        spec.schedule,
-        rateStart ? { rateStart: this.time('rate-start') } : {},
-      );
+      const schedule = new JobSchedule(spec.schedule, rateStart !== undefined ? { rateStart } : {});
       return { spec, schedule };
     } catch (error) {
       if (!(error instanceof ScheduleError)) throw error;
       throw new CliError(
         ExitCode.Usage,
-        `job ${spec.id} in ${catalog.source} has a schedule the CLI cannot read (${spec.schedule.expression}): ${error.message}`,
+        `job ${spec.id} in ${source} has a schedule the CLI cannot read (${spec.schedule.expression}): ${error.message}`,
         { cause: error },
       );
     }
+  }
+
+  /** The options name a claims table in AWS: `--table` with no endpoint, on DynamoDB. */
+  inAws(): boolean {
+    return (
+      this.text('table') !== undefined &&
+      !this.text('endpoint') &&
+      !this.env.DYNAMODB_ENDPOINT &&
+      (this.text('backend') ?? 'dynamodb') === 'dynamodb'
+    );
   }
 
   /** Opens the backend chosen by the options and checks that it answers (else exit code 3). */

@@ -209,7 +209,7 @@ function relativePath(reference: CatalogReference, path: string): string {
 
 function describe(value: unknown): string {
   if (value === undefined) return 'missing';
-  if (Array.isArray(value)) return 'a list of something else';
+  if (Array.isArray(value)) return isJobList(value) ? 'a job list' : 'a list of something else';
   return value === null ? 'null' : `a ${typeof value}`;
 }
 

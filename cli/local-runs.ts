@@ -18,6 +18,8 @@ export interface LocalRuns {
   readonly backendOptions: Readonly<Record<string, OptionSpec>>;
   /** Options of the commands that deliver windows, for an in-process run (`--smtp`, …). */
   readonly deliveryOptions: Readonly<Record<string, OptionSpec>>;
+  /** What the help of the commands that deliver windows says about a delivery in this process. */
+  readonly deliveryHelp: string;
   /** What `--help` says about the backend used when no option names one. */
   readonly defaultBackendHelp: readonly string[];
   /** The backend when no option names one: the running serve's, else the tables it keeps. */

@@ -50,6 +50,10 @@ export const repositoryLocalRuns: LocalRuns = {
       help: `local: payment reminders per window (default ${LOCAL_JOB_DEFAULTS.invoicesPerWindow})`,
     },
   },
+  deliveryHelp:
+    'In this repository, without --function, the job runs in this process, one window at a time, through\n' +
+    'the same handler as deployed (the local runner); mail goes to --smtp, else the running serve, else an\n' +
+    'SMTP server started for it. Not against a table in AWS: there the deployed function must run it.',
   defaultBackendHelp: [
     '  With none of these: the running `npm start -- serve` (its endpoint is in .slotguard/serve.json), else',
     '  the tables it keeps in .slotguard/dynamodb.',

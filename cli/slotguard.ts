@@ -53,7 +53,7 @@ const JOB_OPTIONS: Record<string, OptionSpec> = {
   catalog: {
     type: 'string',
     value: 'MODULE',
-    help: `the module exporting your JobSpec[] (default ${CATALOG_ENV}, else ${CONFIG_FILE})`,
+    help: `your JobSpec[] module (else ${CATALOG_ENV}, ${CONFIG_FILE} or package.json; see --help)`,
   },
 };
 const WINDOW: OptionSpec = {
@@ -202,13 +202,12 @@ const COMMANDS: readonly Command[] = [
       '     each only if it is still the refusal it read\n' +
       "  2. gives the slot back RELEASED with a fresh deadline (now plus the job's, or --deadline), its runs\n" +
       '     without progress 0 and no checkpoint, whatever its state (PARTIAL, STUCK, DONE, FAILED, RELEASED)\n' +
-      '  3. delivers the window again as backfill does: --function invokes the deployed function (AWS),\n' +
-      '     otherwise the job runs in this process (mail to --smtp, else the running serve)\n' +
+      "  3. delivers the window again as backfill does: --function invokes the job's deployed function\n" +
       'The run skips every effect done, leaves effects in doubt in doubt, and performs the cleared ones: they\n' +
       'were refused before they were performed, so nobody gets a second email. Every write is conditioned on\n' +
       "the slot's epoch as just read and refused while a run holds a live lease.\n\n" +
       'Exit code 1 when refused (nothing written), when a --key is not a refused effect (nothing written), or\n' +
-      'when the window did not finish DONE in this process.',
+      'when the window was not delivered.',
     options: {
       ...JOB_OPTIONS,
       window: WINDOW,
@@ -268,10 +267,8 @@ const COMMANDS: readonly Command[] = [
       'unfinished (RELEASED, or RUNNING under a lease that ended). Each run carries its original scheduled\n' +
       'time and backfilled: true (recorded on the slot). Windows already DONE, FAILED or running stand, and\n' +
       'so do PARTIAL and STUCK ones: re-drive those (effects redrive).\n\n' +
-      'Locally (the state directory or --endpoint) the job runs in this process, one window at a time,\n' +
-      'through the same handler as deployed; mail goes to --smtp, else the running serve, else an SMTP\n' +
-      'server started for it. Against AWS, --function invokes the deployed function asynchronously\n' +
-      '(InvocationType Event), one invoke per window, as Scheduler does.\n\n' +
+      "--function invokes the job's deployed function asynchronously (InvocationType Event), one invoke per\n" +
+      'window, as Scheduler does.\n\n' +
       'Exit code 1 when a window was left out by the policy or did not complete.',
     options: {
       ...JOB_OPTIONS,
@@ -428,14 +425,15 @@ function optionsOf(command: Command, localRuns: LocalRuns | undefined): Record<s
 }
 
 function commandHelp(command: Command, localRuns: LocalRuns | undefined): string {
+  const delivers = localRuns && command.localOptions?.includes('delivery');
   return [
     `Usage: ${command.usage}`,
     '',
     command.description,
+    ...(delivers ? ['', localRuns.deliveryHelp] : []),
     '',
     'Options:',
-    ...optionLines(optionsOf(command, localRuns)),
-    '  -h, --help        this text',
+    ...optionLines({ ...optionsOf(command, localRuns), help: { type: 'boolean', help: 'this text' } }),
     '',
     TIMES,
     '',
@@ -445,7 +443,7 @@ function commandHelp(command: Command, localRuns: LocalRuns | undefined): string
 
 function optionLines(options: Record<string, OptionSpec>): string[] {
   const entries = Object.entries(options).map(([name, spec]) => [
-    `--${name}${spec.value ? ` ${spec.value}` : ''}`,
+    `${name === 'help' ? '-h, ' : ''}--${name}${spec.value ? ` ${spec.value}` : ''}`,
     spec.help,
   ]);
   const width = Math.max(...entries.map(([flag]) => flag!.length));

@@ -52,8 +52,7 @@ export function assertDeliverable(ctx: CommandContext, command: string, alternat
         `${alternative ? `, or ${alternative}` : ''}. This CLI runs no job code itself. Nothing was read or written.`,
     );
   }
-  const inAws = ctx.text('table') !== undefined && !ctx.text('endpoint') && !ctx.env.DYNAMODB_ENDPOINT;
-  if (inAws) {
+  if (ctx.inAws()) {
     throw usageError(
       `table ${ctx.text('table')} is in AWS: ${command} there invokes the deployed function; pass --function NAME ` +
         `(the schedule's target, as \`slotguard schedules list\` shows it)${alternative ? `, or ${alternative}` : ''}. ` +
