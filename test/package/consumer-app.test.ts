@@ -274,6 +274,7 @@ describe('the packed package', () => {
     // (docs/packaging.md): the CLI reads a team's own catalog and runs no job code itself.
     expect(files).toContain('dist/cli/slotguard.js');
     expect(files.filter((f) => /^dist\/(local|functions)\/|repository-local-runs/.test(f))).toEqual([]);
+    expect(files).not.toContain('slotguard.config.json');
     expect(existsSync(join(REPOSITORY_ROOT, 'dist')), 'postpack leaves no dist/ to go stale').toBe(false);
   });
 
