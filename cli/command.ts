@@ -1,3 +1,4 @@
+import { describeCatchUpPolicy, resolveCatchUpPolicy } from '../shared/schedule/catch-up.js';
 import { JobSchedule, ScheduleError } from '../shared/schedule/fire-times.js';
 import type { OperatorStore } from '../shared/slot/operator-ports.js';
 import type { SlotRecord } from '../shared/slot/ports.js';
@@ -123,8 +124,9 @@ export class CommandContext {
       const deadline = spec.deadlineMinutes === undefined ? '' : `, deadline ${spec.deadlineMinutes} min`;
       this.warn(
         `note: no catalog named; job ${spec.id} is read from ${source}: ${spec.schedule.expression} ` +
-          `${spec.schedule.timeZone ?? 'UTC'}${deadline}. Its catch-up policy is not deployed: backfill uses once ` +
-          'within a day unless --catch-up and --max-lateness say otherwise, or --catalog names your catalog.',
+          `${spec.schedule.timeZone ?? 'UTC'}${deadline}. Its catch-up policy is not deployed: backfill uses ` +
+          `${describeCatchUpPolicy(resolveCatchUpPolicy(undefined, spec.id))} unless --catch-up and --max-lateness ` +
+          'say otherwise, or --catalog names your catalog.',
       );
     } else {
       throw usageError(

@@ -69,7 +69,9 @@ export function findCatalog(
 
 /** Loads the module `reference` names and returns its job list, checked. */
 export async function loadCatalog(reference: CatalogReference): Promise<JobCatalog> {
-  const hash = reference.module.lastIndexOf('#');
+  // `catalog.js#jobs` names an export, unless a file by that whole name exists.
+  const whole = existsSync(resolve(reference.base, reference.module));
+  const hash = whole ? -1 : reference.module.lastIndexOf('#');
   const file = hash > 0 ? reference.module.slice(0, hash) : reference.module;
   const exportName = hash > 0 ? reference.module.slice(hash + 1) : undefined;
   const path = resolve(reference.base, file);

@@ -385,11 +385,12 @@ const TIMES =
   'or now, now-2h, now-7d, now+15m. A time without a zone is refused. Durations (D): 90s, 15m, 48h, 7d.';
 
 const CATALOG =
-  'Which job (every slots, effects, backfill and watchdog command): --job ID, read from your job catalog, a\n' +
-  'module exporting the JobSpec[] your CDK app builds ScheduledJobs from (default export, or one named\n' +
-  `export; MODULE#name picks one). Found, first of: --catalog MODULE, ${CATALOG_ENV}, { "catalog": MODULE } in\n` +
-  `your project's ${CONFIG_FILE}, or its package.json's "slotguard" field. Plain Node loads .js and .mjs;\n` +
-  'for a .ts catalog, point at its compiled .js, or use a Node that strips types (22.18+, 23.6+).';
+  'Which job (every slots, effects, backfill and watchdog command): --job ID, from your job catalog: the\n' +
+  'module exporting the JobSpec[] your CDK app builds ScheduledJobs from (its default export or one named\n' +
+  `export; MODULE#name picks one). The first of: --catalog MODULE, ${CATALOG_ENV}, { "catalog": MODULE }\n` +
+  `in your project's ${CONFIG_FILE}, or its package.json's "slotguard" field. With none, against a\n` +
+  "table in AWS (--table alone): from the job's deployed schedules. Plain Node loads .js and .mjs: for a\n" +
+  '.ts catalog give its compiled .js, or use a Node that strips types (22.18+, 23.6+).';
 
 function overview(localRuns: LocalRuns | undefined): string {
   const width = Math.max(...COMMANDS.map((c) => c.path.join(' ').length));
