@@ -135,16 +135,13 @@ async function openPostgres(
     throw error;
   }
   const where = server ? 'embedded PostgreSQL' : `PostgreSQL at ${redact(connectionString)}`;
+  const leaseClock = options.leaseClock ? { leaseClock: options.leaseClock } : {};
   return {
     kind: 'postgres',
     description: `${where}, schema ${schema}`,
-    backend: postgres.postgresBackend({
-      pool,
-      schema,
-      hashKey,
-      ...(options.leaseClock ? { leaseClock: options.leaseClock } : {}),
-    }),
-    operator: undefined,
+    backend: postgres.postgresBackend({ pool, schema, hashKey, ...leaseClock }),
+    // On the runs' lease clock, so a lease the runs see live is live to the operator too.
+    operator: new postgres.PostgresOperatorStore({ pool, schema, ...leaseClock }),
     async close() {
       await pool.end().catch(() => {});
       await server?.stop();

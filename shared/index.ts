@@ -16,6 +16,16 @@ export {
   ensureClaimsTable,
 } from './backends/dynamodb/dynamodb-backend.js';
 export { type Clock, scheduleAt, systemClock } from './clock.js';
+export { SqsWorkQueue, type SqsWorkQueueOptions } from './continuation/sqs-work-queue.js';
+export {
+  type Disposition,
+  dispositionOf,
+  type SqsBatchResponse,
+  type SqsEvent,
+  type SqsRecord,
+  type WorkQueue,
+  WorkQueueError,
+} from './continuation/work-queue.js';
 export { type EffectKeyHasher, hmacEffectKeys } from './effects/effect-key.js';
 export {
   DEFAULT_EFFECT_RETRY,
@@ -52,7 +62,6 @@ export {
   type EnvironmentBackend,
   type EnvironmentBackendContext,
   jobHandlerFromEnvironment,
-  positiveNumber,
   registerEnvironmentBackend,
   requiredVariable,
 } from './job/lambda-environment.js';

@@ -9,7 +9,8 @@ export interface Customer {
 /**
  * The example's customer list: `count` synthetic customers, generated lazily so even a million are
  * never in memory at once. A real deployment streams its own (a DynamoDB query, an S3 object, a SQL
- * cursor) through the same AsyncIterable shape.
+ * cursor) through the same AsyncIterable shape. With `after`, only the customers after the
+ * `after`-th.
  */
 export async function* syntheticCustomers(count: number, after = 0): AsyncGenerator<Customer> {
   for (let i = after + 1; i <= count; i++) yield customer(i);
@@ -23,9 +24,17 @@ export async function* syntheticCustomers(count: number, after = 0): AsyncGenera
 export function syntheticCustomerSource(count: number): ResumableSource<Customer> {
   return resumableSource({
     name: 'customers',
-    read: (after) => syntheticCustomers(count, after === undefined ? 0 : Number(after.slice(1))),
+    read: (after) => syntheticCustomers(count, after === undefined ? 0 : customerNumber(after)),
     position: (c) => c.id,
   });
+}
+
+/** The number in a customer id; a position this list never gave out is refused, not guessed at. */
+function customerNumber(id: string): number {
+  if (!/^c\d{6,}$/.test(id)) {
+    throw new RangeError(`position is ${JSON.stringify(id)}; pass a customer id such as "c000042"`);
+  }
+  return Number(id.slice(1));
 }
 
 function customer(i: number): Customer {

@@ -39,3 +39,57 @@ function keyBytes(effectKey: string): Buffer {
   if (!LONE_SURROGATE.test(effectKey)) return Buffer.from(effectKey, 'utf8');
   return Buffer.concat([Buffer.from([0xff]), Buffer.from(effectKey, 'utf16le')]);
 }
+
+/**
+ * The effect-key secrets a deployment has had, by version. New windows are pinned to `current`; a
+ * window keeps the version its first claim pinned for its whole life, so rotating the secret
+ * mid-window sends nobody a second email: the window's later runs still hash with the old version.
+ */
+export interface EffectKeyRing {
+  /** The version new windows are pinned to. */
+  readonly current: string;
+  /**
+   * The hasher of `version`. Rejects with a ConfigurationError when the version cannot be read
+   * any more (deleted, or never existed): such a window cannot tell its done effects from new ones.
+   */
+  hasher(version: string): Promise<EffectKeyHasher>;
+}
+
+/**
+ * A key ring over secrets held in memory: `secrets` by version, `current` the one new windows use.
+ * @example hmacKeyRing({ current: 'v2', secrets: { v1: oldSecret, v2: newSecret } })
+ */
+export function hmacKeyRing(options: {
+  readonly current: string;
+  readonly secrets: Readonly<Record<string, string>>;
+}): EffectKeyRing {
+  const hashers = new Map<string, EffectKeyHasher>();
+  for (const [version, secret] of Object.entries(options.secrets))
+    hashers.set(version, hmacEffectKeys(secret));
+  if (!hashers.has(options.current)) {
+    throw new ConfigurationError(
+      'current',
+      `the current effect-key version ${JSON.stringify(options.current)} has no secret; the versions are ` +
+        `${[...hashers.keys()].map((v) => JSON.stringify(v)).join(', ') || 'none'}`,
+    );
+  }
+  return {
+    current: options.current,
+    async hasher(version) {
+      const hasher = hashers.get(version);
+      if (!hasher) throw unreadableVersion(version);
+      return hasher;
+    },
+  };
+}
+
+/** The error for a window pinned to a key version nobody can read any more. */
+export function unreadableVersion(version: string, cause?: unknown): ConfigurationError {
+  return new ConfigurationError(
+    'effectKeyVersion',
+    `effect-key version ${JSON.stringify(version)} cannot be read; a window pinned to it cannot tell its done ` +
+      'effects from new ones, so it is not run. Restore that secret version (keep every version at least ' +
+      'retentionDays after it stops being current) and re-drive the window',
+    cause === undefined ? undefined : { cause },
+  );
+}

@@ -19,7 +19,10 @@ export interface EnvironmentBackendContext {
   readonly jobId: string;
   /** The run's effect concurrency, which sizes a connection pool. */
   readonly effectConcurrency: number;
-  /** The effect-key hasher, from the secret read on first use (once per process). */
+  /**
+   * The effect-key hasher, from the secret read on first use: kept once read, read again by the
+   * next call when a read fails.
+   */
   readonly hashKey: () => Promise<EffectKeyHasher>;
 }
 

@@ -1,6 +1,5 @@
-import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { createDynamoClient, dynamoBackend } from '../backends/dynamodb/dynamodb-backend.js';
-import { type EffectKeyHasher, hmacEffectKeys } from '../effects/effect-key.js';
+import { SqsWorkQueue } from '../continuation/sqs-work-queue.js';
 import { ConfigurationError } from '../errors.js';
 import { jsonLog } from '../telemetry/log.js';
 import { emfMetrics } from '../telemetry/metrics.js';
@@ -11,14 +10,15 @@ import {
   registeredBackend,
   requiredVariable,
 } from './environment-backend.js';
+import { effectKeyRingFromEnvironment } from './environment-key-ring.js';
 import type { JobDefinition } from './job-definition.js';
 import { JOB_DEFAULTS } from './job-spec.js';
-import { createJobHandler } from './lambda-handler.js';
+import { createJobHandler, initOnce, type JobHandler } from './lambda-handler.js';
 import type { RunOptions, SlotBackend } from './run-slot.js';
 import { BackendKind, RuntimeEnv } from './runtime-env.js';
 
-// Moved to environment-backend.ts, which the watchdog's handler shares; re-exported for the modules
-// that import them from here (lambda-environment-postgres.ts, tests).
+// The backend registry lives in environment-backend.ts, which the watchdog's handler shares;
+// re-exported for the modules that import it from here (lambda-environment-postgres.ts, tests).
 export {
   type Env,
   type EnvironmentBackend,
@@ -28,13 +28,18 @@ export {
 } from './environment-backend.js';
 
 /**
- * The Lambda handler for `job`, configured from the environment the ScheduledJob construct sets
- * (RuntimeEnv; SLOTGUARD_BACKEND picks DynamoDB, the default, or a registered backend such as
- * Postgres). Configuration errors surface at cold start with the variable's name and the fix;
- * the effect-key secret is read from Secrets Manager once, on the first invocation.
+ * The Lambda handler for `job`, configured from the environment the construct sets (RuntimeEnv;
+ * SLOTGUARD_BACKEND picks DynamoDB, the default, or a registered backend such as Postgres; with
+ * SLOTGUARD_WORK_QUEUE_URL, the job's SQS work queue carries its continuations).
+ *
+ * Every variable is checked here, at cold start, with its name, its value and the fix: a value
+ * that cannot work fails the function's initialisation, where it pages as an error, and never an
+ * invocation after a claim, where it would spend one of a window's attempts. The effect-key secret
+ * is read from Secrets Manager on the first invocation and kept once read; a read that fails is
+ * tried again by the next invocation.
  * @example export const handler = jobHandlerFromEnvironment(weeklyReportJob({ customers, sender }));
  */
-export function jobHandlerFromEnvironment(job: JobDefinition, env: Env = process.env) {
+export function jobHandlerFromEnvironment(job: JobDefinition, env: Env = process.env): JobHandler {
   const configuredJob = requiredVariable(env, RuntimeEnv.jobId);
   if (configuredJob !== job.id) {
     throw new ConfigurationError(
@@ -43,34 +48,75 @@ export function jobHandlerFromEnvironment(job: JobDefinition, env: Env = process
         "point the ScheduledJob's entry at this job's handler",
     );
   }
-  const retentionDays = positiveNumber(env, RuntimeEnv.retentionDays, JOB_DEFAULTS.retentionDays);
-  const effectConcurrency = positiveNumber(env, RuntimeEnv.effectConcurrency, JOB_DEFAULTS.effectConcurrency);
-  const options: RunOptions = {
-    leaseMs: positiveNumber(env, RuntimeEnv.leaseSeconds, JOB_DEFAULTS.leaseSeconds) * 1000,
-    effectConcurrency,
-    maxAttempts: positiveNumber(env, RuntimeEnv.maxAttempts, JOB_DEFAULTS.maxAttempts),
-    retentionDays,
-  };
-  let hasher: Promise<EffectKeyHasher> | undefined;
+  const options = runOptionsFromEnvironment(env);
+  const effectConcurrency = options.effectConcurrency;
+  // Read on the first invocation (a failed read is retried by the next), shared by the backend's
+  // hasher and the handler's window pinning, so both see the same current version.
+  const keyRing = initOnce(() => effectKeyRingFromEnvironment(env));
   const context: EnvironmentBackendContext = {
     jobId: job.id,
     effectConcurrency,
-    hashKey: () => {
-      hasher ??= effectKeySecret(env).then(hmacEffectKeys);
-      return hasher;
+    hashKey: async () => {
+      const ring = await keyRing();
+      return ring.hasher(ring.current);
     },
   };
   const kind = backendKind(env);
   const backend =
     kind === BackendKind.DynamoDB
-      ? dynamoBackendFromEnvironment(env, context, retentionDays)
+      ? dynamoBackendFromEnvironment(env, context, options.retentionDays)
       : registeredBackend(kind)(env, context);
+  assertEffectKeySecret(env);
+  const workQueueUrl = workQueueUrlOf(env);
   return createJobHandler(job, {
     backend,
     metrics: () => emfMetrics({ jobId: job.id }),
     log: jsonLog(job.id),
     options,
+    keyRing,
+    // The SQS client is built on the first send or visibility change: a run that finishes its
+    // window directly never builds one.
+    ...(workQueueUrl ? { workQueue: new SqsWorkQueue({ queueUrl: workQueueUrl }) } : {}),
   });
+}
+
+/** The run options the construct sets, each checked by the rule runSlot would apply, named by its variable. */
+function runOptionsFromEnvironment(env: Env) {
+  const leaseSeconds = wholeNumber(env, RuntimeEnv.leaseSeconds, JOB_DEFAULTS.leaseSeconds, 1, 'seconds');
+  const deadlineSeconds = wholeNumber(env, RuntimeEnv.deadlineSeconds, undefined, 60, 'seconds');
+  return {
+    leaseMs: leaseSeconds * 1000,
+    effectConcurrency: wholeNumber(
+      env,
+      RuntimeEnv.effectConcurrency,
+      JOB_DEFAULTS.effectConcurrency,
+      1,
+      'effects',
+    ),
+    maxAttempts: wholeNumber(env, RuntimeEnv.maxAttempts, JOB_DEFAULTS.maxAttempts, 1, 'attempts'),
+    // Two days at least: Scheduler retries a fire for up to 24 hours, and a record must outlive them.
+    retentionDays: wholeNumber(env, RuntimeEnv.retentionDays, JOB_DEFAULTS.retentionDays, 2, 'days'),
+    ...(deadlineSeconds !== undefined ? { deadlineMs: deadlineSeconds * 1000 } : {}),
+  } satisfies RunOptions;
+}
+
+function workQueueUrlOf(env: Env): string | undefined {
+  const raw = env[RuntimeEnv.workQueueUrl];
+  if (raw === undefined || raw === '') return undefined;
+  let url: URL | undefined;
+  try {
+    url = new URL(raw);
+  } catch {
+    url = undefined;
+  }
+  if (!url || (url.protocol !== 'https:' && url.protocol !== 'http:')) {
+    throw new ConfigurationError(
+      RuntimeEnv.workQueueUrl,
+      `${RuntimeEnv.workQueueUrl} is ${JSON.stringify(raw)}; set the queue's URL ` +
+        '(https://sqs.<region>.amazonaws.com/<account>/<queue>, as the ScheduledJob construct does) or leave it unset',
+    );
+  }
+  return raw;
 }
 
 function dynamoBackendFromEnvironment(
@@ -89,41 +135,34 @@ function dynamoBackendFromEnvironment(
     });
 }
 
-async function effectKeySecret(env: Env): Promise<string> {
-  const inline = env[RuntimeEnv.effectKeySecret];
-  if (inline) return inline;
-  const arn = env[RuntimeEnv.effectKeySecretArn];
-  if (!arn) {
-    throw new ConfigurationError(
-      RuntimeEnv.effectKeySecretArn,
-      `neither ${RuntimeEnv.effectKeySecretArn} nor ${RuntimeEnv.effectKeySecret} is set; the ScheduledJob construct ` +
-        'sets the ARN of the generated secret: deploy through it, or set one of them',
-    );
-  }
-  const client = new SecretsManagerClient({});
-  try {
-    const { SecretString } = await client.send(new GetSecretValueCommand({ SecretId: arn }));
-    if (!SecretString) {
-      throw new ConfigurationError(
-        RuntimeEnv.effectKeySecretArn,
-        `secret ${arn} has no string value; store the key as text`,
-      );
-    }
-    return SecretString;
-  } finally {
-    client.destroy();
-  }
+function assertEffectKeySecret(env: Env): void {
+  if (env[RuntimeEnv.effectKeySecret] || env[RuntimeEnv.effectKeySecretArn]) return;
+  throw new ConfigurationError(
+    RuntimeEnv.effectKeySecretArn,
+    `neither ${RuntimeEnv.effectKeySecretArn} nor ${RuntimeEnv.effectKeySecret} is set; the ScheduledJob construct ` +
+      'sets the ARN of the generated secret: deploy through it, or set one of them',
+  );
 }
 
-/** The number in `name`, `fallback` when unset, or a ConfigurationError naming it. */
-export function positiveNumber(env: Env, name: string, fallback: number): number {
+/**
+ * The whole number in `name`, at least `min`; `fallback` when it is unset. Anything else (a
+ * fraction, a word, too small) is a ConfigurationError naming the variable, the value and the fix.
+ */
+function wholeNumber<F extends number | undefined>(
+  env: Env,
+  name: string,
+  fallback: F,
+  min: number,
+  unit: string,
+): number | F {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isFinite(value) || value <= 0) {
+  if (!/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(value) || value < min) {
+    const byDefault = fallback === undefined ? 'or leave it unset' : `default ${fallback}`;
     throw new ConfigurationError(
       name,
-      `${name} is ${JSON.stringify(raw)}; set a positive number (default ${fallback})`,
+      `${name} is ${JSON.stringify(raw)}; set a whole number of ${unit}, at least ${min} (${byDefault})`,
     );
   }
   return value;

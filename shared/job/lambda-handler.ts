@@ -1,11 +1,27 @@
 import { type Clock, systemClock } from '../clock.js';
+import { VisibilityHeartbeat } from '../continuation/visibility-heartbeat.js';
+import {
+  dispositionOf,
+  isSqsEvent,
+  MAX_DELAY_MS,
+  MAX_VISIBILITY_MS,
+  type RunOutcome,
+  receiveCountOf,
+  type SqsBatchResponse,
+  type SqsEvent,
+  type SqsRecord,
+  type WorkQueue,
+  WorkQueueError,
+} from '../continuation/work-queue.js';
+import type { EffectKeyRing } from '../effects/effect-key.js';
 import { InvalidEventError, SlotguardError } from '../errors.js';
 import type { Log } from '../telemetry/log.js';
 import { MetricName } from '../telemetry/metric-names.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
+import { safeErrorText } from '../telemetry/safe-error-text.js';
 import type { JobDefinition } from './job-definition.js';
-import { type RunOptions, type RunResult, runSlot, type SlotBackend } from './run-slot.js';
-import { parseSchedulerEvent } from './scheduler-event.js';
+import { type RunOptions, type RunResult, resolveRunOptions, runSlot, type SlotBackend } from './run-slot.js';
+import { type ParsedEvent, parseSchedulerEvent } from './scheduler-event.js';
 
 /** The part of Lambda's context the handler uses. */
 export interface InvocationContext {
@@ -26,13 +42,38 @@ export interface JobHandlerDeps {
   readonly log: Log;
   /** @default the system clock */
   readonly clock?: Clock;
+  /** Checked when the handler is created: options that cannot work fail then, before any claim. */
   readonly options?: RunOptions;
+  /**
+   * The job's work queue. For a window delivered from it, the handler keeps the message invisible
+   * while the run holds its lease and sets how long it waits before its next delivery; a direct
+   * invocation whose window is not finished sends its continuation there.
+   * @default none: a direct invocation that stops with work left waits for the window's next delivery
+   */
+  readonly workQueue?: WorkQueue;
+  /**
+   * The effect-key versions (or a function that reads them on first use): each window is pinned to
+   * the version current at its first claim and hashed with it to its end, so rotating the secret
+   * mid-window sends nobody a second email. A read that fails is not kept.
+   * @default none: every window hashes with the backend's `hashKey`
+   */
+  readonly keyRing?: EffectKeyRing | (() => Promise<EffectKeyRing>);
 }
 
-/** What the handler returns: JSON, for the invocation record and the local runner. */
+/** What the handler returns for a direct invocation: JSON, for the invocation record and the local runner. */
 export type HandlerResponse =
   | { readonly status: 'rejected'; readonly field: string; readonly message: string }
   | Exclude<RunResult, { status: 'failed' }>;
+
+/**
+ * A job's Lambda handler. Typed by event: a batch from the job's SQS queue gets a batch response;
+ * anything else is read as the schedule's event itself. A value typed `unknown` that is an SQS event
+ * at run time still gets the batch response: narrow it with isSqsEvent first.
+ */
+export interface JobHandler {
+  (event: SqsEvent, context?: InvocationContext): Promise<SqsBatchResponse>;
+  (event: unknown, context?: InvocationContext): Promise<HandlerResponse>;
+}
 
 /**
  * Thrown after a failed run has given its slot back, so the window is delivered again (Lambda's
@@ -40,59 +81,248 @@ export type HandlerResponse =
  */
 export class JobRunFailedError extends SlotguardError {}
 
+type Outcome =
+  | HandlerResponse
+  | Extract<RunResult, { status: 'failed' }>
+  | { readonly status: 'threw'; error: unknown };
+
 /**
- * Turns a job definition into a Lambda handler for its schedule's events.
+ * Turns a job definition into a Lambda handler for its windows: the schedule's event invoked
+ * directly, or a batch from the job's SQS work queue.
  *
  * Invalid events are answered, not thrown: an InvalidEvent metric, a log line and a `rejected`
- * response, so Lambda does not retry what can never succeed. A job that throws releases its slot
- * and the handler rethrows, so the retry policy delivers the window again (up to maxAttempts).
- * @example export const handler = createJobHandler(weeklyReport, { backend, metrics, log })
+ * response (a queued one is deleted), so nothing retries what can never succeed.
+ *
+ * From the queue, a window's message is deleted only when the window is finished or can never run
+ * (dispositionOf); otherwise it is reported in batchItemFailures with its visibility set to when
+ * it should come back, and Lambda delivers it again: that redelivery is the continuation. A job
+ * that threw, or a run that threw, still fails the invocation (after the message's retry delay is
+ * set), so Lambda's Errors metric counts it.
+ *
+ * Invoked directly, a run that left work sends its continuation to the work queue, when there is
+ * one; a job that threw releases its slot and the handler rethrows, so Lambda's async retry
+ * delivers the window again (up to maxAttempts).
+ * @example export const handler = createJobHandler(weeklyReport, { backend, metrics, log, workQueue })
  */
-export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps) {
-  let backend: Promise<SlotBackend> | undefined;
+export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps): JobHandler {
+  // Configuration first: options that cannot work fail at cold start, never on a window's attempt.
+  const { leaseMs } = resolveRunOptions(deps.options);
   const clock = deps.clock ?? systemClock;
-  return async function handler(event: unknown, context?: InvocationContext): Promise<HandlerResponse> {
+  const backend = initOnce(() =>
+    typeof deps.backend === 'function' ? deps.backend() : Promise.resolve(deps.backend),
+  );
+  const { keyRing } = deps;
+  const keys = keyRing
+    ? initOnce(() => (typeof keyRing === 'function' ? keyRing() : Promise.resolve(keyRing)))
+    : undefined;
+
+  async function runWindow(
+    event: unknown,
+    context: InvocationContext | undefined,
+    metrics: JobMetrics,
+    hooks: { readonly redelivered: boolean; readonly heartbeat?: () => void },
+  ): Promise<{ outcome: Outcome; parsed?: ParsedEvent }> {
+    let parsed: ParsedEvent;
+    try {
+      parsed = parseSchedulerEvent(event, job.id, context?.awsRequestId ?? 'local');
+    } catch (error) {
+      if (error instanceof InvalidEventError) return { outcome: reject(error, metrics, deps.log) };
+      throw error;
+    }
+    try {
+      const result = await runSlot({
+        job,
+        backend: await backend(),
+        ...(keys ? { keyRing: await keys() } : {}),
+        clock,
+        metrics,
+        log: deps.log,
+        slot: parsed.slot,
+        // A redelivery of the schedule's message is the engine continuing the window, not a second
+        // fire: it must not count as a DuplicateClaim when it finds the slot held or done.
+        delivery: hooks.redelivered ? { ...parsed.delivery, continuation: true } : parsed.delivery,
+        payload: parsed.payload,
+        ...(deps.options ? { options: deps.options } : {}),
+        ...(context ? { remainingTimeMs: () => context.getRemainingTimeInMillis() } : {}),
+        ...(hooks.heartbeat ? { onClaimed: hooks.heartbeat, onLeaseRenewed: hooks.heartbeat } : {}),
+      });
+      return { outcome: result, parsed };
+    } catch (error) {
+      if (error instanceof InvalidEventError) return { outcome: reject(error, metrics, deps.log), parsed };
+      return { outcome: { status: 'threw', error }, parsed };
+    }
+  }
+
+  function failure(outcome: Outcome, parsed: ParsedEvent | undefined): unknown {
+    if (outcome.status === 'threw') return outcome.error;
+    if (outcome.status !== 'failed') return undefined;
+    return new JobRunFailedError(
+      `job '${job.id}' failed for window ${parsed?.slot.window} (epoch ${outcome.epoch}); ${AFTER_FAILURE[outcome.slotState]}`,
+      { cause: outcome.error },
+    );
+  }
+
+  async function direct(event: unknown, context: InvocationContext | undefined): Promise<HandlerResponse> {
     const metrics = deps.metrics();
     try {
-      let parsed: ReturnType<typeof parseSchedulerEvent>;
-      try {
-        parsed = parseSchedulerEvent(event, job.id, context?.awsRequestId ?? 'local');
-      } catch (error) {
-        if (error instanceof InvalidEventError) return reject(error, metrics, deps.log);
-        throw error;
-      }
-      backend ??= buildBackend(deps.backend).catch((error: unknown) => {
-        backend = undefined;
-        throw error;
+      const { outcome, parsed } = await runWindow(event, context, metrics, { redelivered: false });
+      const disposition = dispositionOf(toRunOutcome(outcome), {
+        now: clock.now(),
+        leaseMs,
+        receiveCount: parsed?.delivery.attemptNumber ?? 1,
       });
-      let result: RunResult;
-      try {
-        result = await runSlot({
-          job,
-          backend: await backend,
-          clock,
-          metrics,
-          log: deps.log,
-          slot: parsed.slot,
-          delivery: parsed.delivery,
-          payload: parsed.payload,
-          ...(deps.options ? { options: deps.options } : {}),
-          ...(context ? { remainingTimeMs: () => context.getRemainingTimeInMillis() } : {}),
-        });
-      } catch (error) {
-        if (error instanceof InvalidEventError) return reject(error, metrics, deps.log);
-        throw error;
+      const error = failure(outcome, parsed);
+      if (disposition.kind === 'retry' && parsed) {
+        try {
+          await continueLater(event, parsed, disposition.afterMs);
+        } catch (sendError) {
+          throw error ?? sendError;
+        }
       }
-      if (result.status === 'failed') {
-        throw new JobRunFailedError(
-          `job '${job.id}' failed for window ${parsed.slot.window} (epoch ${result.epoch}); ${AFTER_FAILURE[result.slotState]}`,
-          { cause: result.error },
-        );
-      }
-      return result;
+      if (error !== undefined) throw error;
+      return outcome as HandlerResponse;
     } finally {
       await metrics.flush();
     }
+  }
+
+  /** Sends a direct invocation's continuation: the same event, marked as a continuation. */
+  async function continueLater(event: unknown, parsed: ParsedEvent, afterMs: number): Promise<void> {
+    const fields = { window: parsed.slot.window, retryInMs: afterMs };
+    if (!deps.workQueue) {
+      deps.log.warn(
+        'window not finished and no work queue configured: it waits for its next delivery',
+        fields,
+      );
+      return;
+    }
+    const body = JSON.stringify({ ...(event as Record<string, unknown>), continuation: true });
+    try {
+      // A longer wait arrives early, finds the window waiting, and is delayed again from the queue.
+      await deps.workQueue.send(body, Math.min(afterMs, MAX_DELAY_MS));
+    } catch (cause) {
+      // Thrown, so Lambda's async retry delivers the window again: the continuation by other means.
+      throw new WorkQueueError(
+        'send',
+        `window ${parsed.slot.window} of job '${job.id}' is not finished and its continuation could not be ` +
+          `queued (${safeErrorText(cause)}); failing the invocation so that it is retried`,
+        { cause },
+      );
+    }
+    deps.log.info('continuation queued', fields);
+  }
+
+  async function fromQueue(
+    event: SqsEvent,
+    context: InvocationContext | undefined,
+  ): Promise<SqsBatchResponse> {
+    const kept: { itemIdentifier: string }[] = [];
+    let firstError: unknown;
+    for (const record of event.Records) {
+      const { disposition, error } = await queuedRecord(record, context);
+      if (disposition === 'retry') kept.push({ itemIdentifier: record.messageId });
+      firstError ??= error;
+    }
+    // The kept messages' delays are set; failing the invocation loses nothing and lets Lambda's
+    // Errors metric count a job or store failure that a batch response alone would hide.
+    if (firstError !== undefined) throw firstError;
+    return { batchItemFailures: kept };
+  }
+
+  async function queuedRecord(
+    record: SqsRecord,
+    context: InvocationContext | undefined,
+  ): Promise<{ disposition: 'done' | 'retry'; error?: unknown }> {
+    const metrics = deps.metrics();
+    const receiveCount = receiveCountOf(record);
+    const fields = { messageId: record.messageId, receiveCount };
+    const queue = deps.workQueue;
+    const heartbeat = queue
+      ? new VisibilityHeartbeat({
+          queue,
+          receiptHandle: record.receiptHandle,
+          visibleForMs: 2 * leaseMs,
+          log: deps.log,
+          fields,
+        })
+      : undefined;
+    try {
+      let body: unknown;
+      let ran: { outcome: Outcome; parsed?: ParsedEvent };
+      try {
+        body = parseBody(record.body);
+        ran = await runWindow(body, context, metrics, {
+          redelivered: receiveCount > 1,
+          ...(heartbeat ? { heartbeat: heartbeat.beat } : {}),
+        });
+      } catch (error) {
+        if (!(error instanceof InvalidEventError)) throw error;
+        ran = { outcome: reject(error, metrics, deps.log) };
+      }
+      await heartbeat?.settled();
+      const { outcome, parsed } = ran;
+      const disposition = dispositionOf(toRunOutcome(outcome), { now: clock.now(), leaseMs, receiveCount });
+      const error =
+        outcome.status === 'failed' && outcome.slotState === 'FAILED' ? undefined : failure(outcome, parsed);
+      if (error !== undefined)
+        deps.log.error('run failed; its message is kept', { ...fields, error: safeErrorText(error) });
+      if (disposition.kind === 'done') return { disposition: 'done', error };
+      const retryInMs = Math.min(Math.max(disposition.afterMs, 1_000), MAX_VISIBILITY_MS);
+      await delayRedelivery(queue, record, retryInMs, fields, outcome.status);
+      return { disposition: 'retry', error };
+    } finally {
+      await metrics.flush();
+    }
+  }
+
+  /** Sets when a kept message comes back. If that fails it comes back at its current visibility: later, never lost. */
+  async function delayRedelivery(
+    queue: WorkQueue | undefined,
+    record: SqsRecord,
+    retryInMs: number,
+    fields: Record<string, unknown>,
+    status: string,
+  ): Promise<void> {
+    if (!queue) {
+      deps.log.warn(
+        'message kept; no work queue configured, so it comes back at the queue visibility timeout',
+        fields,
+      );
+      return;
+    }
+    try {
+      const changed = await queue.changeVisibility(record.receiptHandle, retryInMs);
+      deps.log.info('message kept for the window to continue', { ...fields, status, retryInMs, changed });
+    } catch (error) {
+      deps.log.warn(
+        'message kept, but its retry delay could not be set; it comes back when its visibility ends',
+        {
+          ...fields,
+          status,
+          error: safeErrorText(error),
+        },
+      );
+    }
+  }
+
+  return async function handler(event: unknown, context?: InvocationContext) {
+    return isSqsEvent(event) ? fromQueue(event, context) : direct(event, context);
+  } as JobHandler;
+}
+
+/**
+ * A cold-start initialisation kept once it succeeds and forgotten when it fails, so one failed
+ * start (a secret read, a connection) is retried by the next invocation instead of being the
+ * answer of every invocation the container serves.
+ */
+export function initOnce<T>(init: () => Promise<T>): () => Promise<T> {
+  let pending: Promise<T> | undefined;
+  return () => {
+    pending ??= init().catch((error: unknown) => {
+      pending = undefined;
+      throw error;
+    });
+    return pending;
   };
 }
 
@@ -105,8 +335,19 @@ const AFTER_FAILURE = {
   fenced: 'a later run had already taken the slot over, which carries on with the window',
 } as const;
 
-function buildBackend(backend: JobHandlerDeps['backend']): Promise<SlotBackend> {
-  return typeof backend === 'function' ? backend() : Promise.resolve(backend);
+function toRunOutcome(outcome: Outcome): RunOutcome {
+  return outcome.status === 'threw' ? { status: 'threw' } : outcome;
+}
+
+function parseBody(body: string): unknown {
+  try {
+    return JSON.parse(body);
+  } catch {
+    throw new InvalidEventError(
+      'body',
+      `the message body is not JSON (${body.length} characters); the schedule sends the event as JSON`,
+    );
+  }
 }
 
 function reject(error: InvalidEventError, metrics: JobMetrics, log: Log): HandlerResponse {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock.js';
 import { drainConcurrently } from '../effects/concurrent-drain.js';
-import type { EffectKeyHasher } from '../effects/effect-key.js';
+import type { EffectKeyHasher, EffectKeyRing } from '../effects/effect-key.js';
 import {
   DEFAULT_EFFECT_RETRY,
   type EffectRetryPolicy,
@@ -190,6 +190,14 @@ export interface RunSlotArgs {
   readonly options?: RunOptions;
   /** Milliseconds left in this invocation (Lambda's getRemainingTimeInMillis). @default unbounded */
   readonly remainingTimeMs?: () => number;
+  /** Called once the slot is claimed (the SQS engine's first visibility heartbeat). */
+  readonly onClaimed?: (claim: Claim) => void;
+  /**
+   * The effect-key versions: a new window is pinned to the current one, and every run of a window
+   * hashes with the version it was pinned to.
+   * @default none: every window hashes with `backend.hashKey`
+   */
+  readonly keyRing?: EffectKeyRing;
   /** Called after each successful lease renewal (the SQS engine keeps its message invisible with it). */
   readonly onLeaseRenewed?: (leaseEndsAt: number) => void;
 }
@@ -224,6 +232,7 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
       // record keeps the first claim's deadline, so continuations cannot move it.
       deadline: Math.max(windowMs, now) + o.deadlineMs,
       takeoverSkewMs: o.takeoverSkewMs,
+      ...(args.keyRing ? { keyVersion: args.keyRing.current } : {}),
       delivery,
     },
     claimSentAt,
@@ -257,9 +266,18 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
     resumeFrom: claim.window.checkpoint,
     ...delivery,
   });
+  args.onClaimed?.(claim);
   // Emitted now, not when the run ends: a long fan-out would otherwise hold it back for up to the
   // Lambda's 15 minutes.
   await metrics.flush();
+
+  // The window hashes with the key version its first claim pinned, whatever is current now.
+  let hashKey: EffectKeyHasher;
+  try {
+    hashKey = await windowHasher(args, claim);
+  } catch (error) {
+    return keyUnavailable(args, o, claim, error);
+  }
 
   const lease = new LeaseKeeper({
     store: backend.claims,
@@ -285,7 +303,7 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
   const effects = new EffectRunner({
     claim,
     ledger: backend.ledger,
-    hashKey: backend.hashKey,
+    hashKey,
     metrics,
     clock,
     signal: lease.signal,
@@ -333,6 +351,65 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
   await checkpointer.stop();
   lease.stop();
   return finish(run, jobError);
+}
+
+/** The hasher of the key version the window is pinned to (the backend's own when there is no ring). */
+async function windowHasher(args: RunSlotArgs, claim: Claim): Promise<EffectKeyHasher> {
+  const ring = args.keyRing;
+  if (!ring) return args.backend.hashKey;
+  return ring.hasher(claim.window.keyVersion ?? ring.current);
+}
+
+/**
+ * The window's key version cannot be read. Never run with another key: its done effects would look
+ * new. A version that is gone for good (a ConfigurationError) makes the window STUCK at once, for
+ * an operator; a failed read (Secrets Manager throttling) gives the slot back like a run that made
+ * no progress, STUCK after `maxRunsWithoutProgress` of them.
+ */
+async function keyUnavailable(
+  args: RunSlotArgs,
+  o: ResolvedRunOptions,
+  claim: Claim,
+  error: unknown,
+): Promise<RunResult> {
+  const { backend, clock, metrics, log, slot } = args;
+  const summary = emptySummary(claim.epoch);
+  const noProgress = claim.window.runsWithoutProgress + 1;
+  const stuck = error instanceof ConfigurationError || noProgress >= o.maxRunsWithoutProgress;
+  const reason = `effect-key version ${claim.window.keyVersion ?? '(current)'} unavailable: ${safeErrorText(error)}`;
+  const retryAt = clock.now() + o.effectRetry.firstDelayMs;
+  const released = await backend.claims.release(
+    claim,
+    stuck
+      ? { kind: 'stuck', reason, runsWithoutProgress: noProgress }
+      : {
+          kind: 'yield',
+          runsWithoutProgress: noProgress,
+          resumeAfter: clock.now() + o.effectRetry.firstDelayMs,
+        },
+    clock.now(),
+  );
+  if (released.kind === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
+  log.error(
+    stuck
+      ? 'window STUCK: its effect-key version cannot be read'
+      : 'effect-key version unreadable; slot released',
+    {
+      window: slot.window,
+      epoch: claim.epoch,
+      reason,
+    },
+  );
+  if (!stuck) {
+    metrics.count(MetricName.RunYielded);
+    return { status: 'yielded', epoch: claim.epoch, summary, reason: 'store-error', resumeAfter: retryAt };
+  }
+  metrics.count(MetricName.WindowStuck);
+  return { status: 'stuck', epoch: claim.epoch, summary, reason };
+}
+
+function emptySummary(epoch: number): RunSummary {
+  return { done: 0, skipped: 0, inDoubt: 0, failed: 0, retrying: 0, inDoubtKeys: [], failedKeys: [], epoch };
 }
 
 /** Everything a run's finish needs. */

@@ -47,7 +47,7 @@ export function claimOutcomeOfConflict(
             epoch: current.epoch,
             leaseEndsAt: current.leaseEndsAt,
             via: 'new',
-            window: progressOf(current, current.deadline ?? 0),
+            window: progressOf(current, current.deadline ?? 0, current.keyVersion),
           },
         };
       }
@@ -69,13 +69,16 @@ export function claimOutcomeOfConflict(
  * and the runs without progress so far.
  */
 export function progressOf(
-  record: Pick<SlotRecord, 'deadline' | 'checkpoint' | 'runsWithoutProgress'> | undefined,
+  record: Pick<SlotRecord, 'deadline' | 'checkpoint' | 'runsWithoutProgress' | 'keyVersion'> | undefined,
   requestedDeadline: number,
+  requestedKeyVersion?: string,
 ): WindowProgress {
+  const keyVersion = record?.keyVersion ?? requestedKeyVersion;
   return {
     deadline: record?.deadline ?? requestedDeadline,
     ...(record?.checkpoint ? { checkpoint: record.checkpoint } : {}),
     runsWithoutProgress: record?.runsWithoutProgress ?? 0,
+    ...(keyVersion !== undefined ? { keyVersion } : {}),
   };
 }
 

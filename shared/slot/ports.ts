@@ -70,6 +70,13 @@ export interface LeaseRequest {
    */
   readonly takeoverSkewMs?: number;
   /**
+   * The effect-key version this run hashes with. The first claim stores it and every later claim
+   * is handed the stored one, so a window keeps one key version from its first run to its last,
+   * whatever rotation happens meanwhile.
+   * @default none: windows are not pinned (a single, never-rotated key)
+   */
+  readonly keyVersion?: string;
+  /**
    * When the window must be finished, in epoch milliseconds. Stored by the first claim and kept by
    * every later one, so continuations cannot push it back.
    */
@@ -102,6 +109,8 @@ export interface WindowProgress {
   readonly checkpoint?: Checkpoint;
   /** Consecutive earlier runs that ended with work left and nothing achieved. */
   readonly runsWithoutProgress: number;
+  /** The effect-key version the window was pinned to by its first claim, if any. */
+  readonly keyVersion?: string;
 }
 
 /** A granted claim: the lease and its fencing epoch. */
@@ -232,6 +241,8 @@ export interface SlotRecord {
   readonly runsWithoutProgress: number;
   /** A released window waiting for failed effects' backoff: not claimable before this (epoch ms). */
   readonly resumeAfter?: number;
+  /** The effect-key version the window is pinned to. */
+  readonly keyVersion?: string;
 }
 
 /** The slot half of a backend: one conditional write per claim, renewal, completion or release. */

@@ -10,6 +10,17 @@ export {
   memoryBackend,
 } from '../backends/memory/memory-backend.js';
 export { MemoryTable } from '../backends/memory/memory-table.js';
+export {
+  InProcessEventSource,
+  type InProcessEventSourceOptions,
+  type InvocationReport,
+} from '../continuation/in-process-event-source.js';
+export {
+  type DeadLetter,
+  InProcessWorkQueue,
+  type InProcessWorkQueueOptions,
+  type QueueCounts,
+} from '../continuation/in-process-work-queue.js';
 export { ManualClock, settle } from './manual-clock.js';
 export { EmfRecorder, type RecordedLogLine, RecordingLog } from './recorders.js';
 export { RecordingEmailSender } from './recording-email-sender.js';

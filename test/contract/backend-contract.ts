@@ -401,6 +401,21 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       expect(await claims.read(slot)).toMatchObject({ deadline: DEADLINE });
     });
 
+    it('pins the effect-key version the first claim stored, whatever later claims hash with', async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claims.claim(slot, lease('a', { keyVersion: 'v1' }), T0);
+      expect(a).toMatchObject({ kind: 'claimed', claim: { window: { keyVersion: 'v1' } } });
+      if (a.kind !== 'claimed') return;
+      await claims.release(a.claim, { kind: 'yield', runsWithoutProgress: 0 }, T0 + 1_000);
+      const b = await claims.claim(slot, lease('b', { keyVersion: 'v2' }), T0 + 2_000);
+      expect(b).toMatchObject({ kind: 'claimed', claim: { epoch: 2, window: { keyVersion: 'v1' } } });
+      expect(await claims.read(slot)).toMatchObject({ keyVersion: 'v1' });
+      const unpinned = freshSlot();
+      const c = await claims.claim(unpinned, lease('c'), T0);
+      expect(c.kind === 'claimed' && c.claim.window.keyVersion).toBe(undefined);
+    });
+
     it("hands the next run the checkpoint and the runs without progress, and rejects a stale holder's checkpoint", async () => {
       const { claims } = await makeBackend();
       const slot = freshSlot();

@@ -1,7 +1,7 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { dynamoBackend } from '../../shared/backends/dynamodb/dynamodb-backend.js';
 import type { Clock } from '../../shared/clock.js';
-import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
+import { type EffectKeyRing, hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import type { JobDefinition } from '../../shared/job/job-definition.js';
 import { createJobHandler } from '../../shared/job/lambda-handler.js';
 import type { RunOptions, SlotBackend } from '../../shared/job/run-slot.js';
@@ -26,7 +26,13 @@ export function testBackend(
 export function testHandler(
   job: JobDefinition,
   backend: SlotBackend,
-  options: { clock?: Clock; run?: RunOptions; emf?: EmfRecorder; log?: RecordingLog } = {},
+  options: {
+    clock?: Clock;
+    run?: RunOptions;
+    emf?: EmfRecorder;
+    log?: RecordingLog;
+    keyRing?: EffectKeyRing;
+  } = {},
 ) {
   const emf = options.emf ?? new EmfRecorder();
   const log = options.log ?? new RecordingLog();
@@ -36,6 +42,7 @@ export function testHandler(
     log,
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.run ? { options: options.run } : {}),
+    ...(options.keyRing ? { keyRing: options.keyRing } : {}),
   });
   return { handler, emf, log };
 }

@@ -12,7 +12,7 @@ import {
 } from '../../shared/backends/postgres/index.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import type { Claim, LeaseRequest } from '../../shared/slot/ports.js';
-import type { Slot } from '../../shared/slot/slot.js';
+import { type Slot, windowOf } from '../../shared/slot/slot.js';
 import { TEST_SECRET } from './harness.js';
 
 /** A Postgres server for one test file: pools on it, a fresh schema per test, and fault injection. */
@@ -259,7 +259,7 @@ export function usePostgres(options: PostgresServerOptions = {}): PostgresServer
  * Resolves once `pid` is stopped, where the OS says so (/proc on Linux): SIGSTOP is delivered
  * asynchronously, and a test that sends a request right after freezing must not be answered.
  */
-async function untilStopped(pid: number): Promise<void> {
+export async function untilStopped(pid: number): Promise<void> {
   for (let i = 0; i < 5_000; i++) {
     let stat: string;
     try {
@@ -287,15 +287,30 @@ export function countDestroyedConnections(pool: Pool): { readonly count: number 
   return counter;
 }
 
-/** A lease request for `owner` of `leaseMs`, its records kept 35 days past the slot's window. */
-export function leaseRequest(owner: string, slot: Slot, leaseMs = 60_000): LeaseRequest {
+/**
+ * A lease request for `owner`: a 60 s lease, 3 attempts, the records kept 35 days past the slot's
+ * window, and the window due 6 hours after it (the runtime's default deadline), unless overridden.
+ */
+export function leaseRequest(owner: string, slot: Slot, overrides: Partial<LeaseRequest> = {}): LeaseRequest {
+  const windowMs = Date.parse(slot.window);
   return {
     owner,
-    leaseMs,
+    leaseMs: 60_000,
     maxAttempts: 3,
-    expiresAtSeconds: Math.ceil(Date.parse(slot.window) / 1000) + 35 * 86_400,
+    expiresAtSeconds: Math.ceil(windowMs / 1000) + 35 * 86_400,
+    deadline: windowMs + 6 * 3_600_000,
     delivery: { invocationId: owner },
+    ...overrides,
   };
+}
+
+/**
+ * A source of slots whose windows no earlier call gave: a minute apart from `from`, spelled as
+ * slots are (`…:00Z`). One per test file keeps its tests apart even on a shared schema.
+ */
+export function slotSequence(defaultJobId: string, from = '2026-11-30T06:00:00Z'): (jobId?: string) => Slot {
+  let n = 0;
+  return (jobId = defaultJobId) => ({ jobId, window: windowOf(Date.parse(from) + ++n * 60_000) });
 }
 
 /** Claims `slot` for `owner`, or throws naming what the claim came to instead. */

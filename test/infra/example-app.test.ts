@@ -14,6 +14,7 @@ import { CLAIMS_TABLE_ACTIONS } from '../../infra/claims-table.js';
 import { DASHBOARD_ONLY } from '../../infra/paging.js';
 import { RuntimeEnv } from '../../shared/job/runtime-env.js';
 import { emfMetrics } from '../../shared/telemetry/metrics.js';
+import { resolvedEnvironment } from '../helpers/deployed-environment.js';
 import { REPOSITORY_ROOT } from './fixtures.js';
 
 /** The pager the example app's paging alarms notify here (AppContext.alarmTopicArn). */
@@ -121,9 +122,7 @@ describe('the example app, synthesised', () => {
       const variables = fn.Properties.Environment.Variables as Record<string, unknown>;
       const env = {
         PATH: process.env.PATH,
-        ...Object.fromEntries(
-          Object.entries(variables).map(([k, v]) => [k, typeof v === 'string' ? v : `resolved-${k}`]),
-        ),
+        ...resolvedEnvironment(variables),
         AWS_REGION: 'eu-west-1',
       };
       const loaded = spawnSync(

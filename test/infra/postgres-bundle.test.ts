@@ -11,6 +11,7 @@ import { ClaimsTable } from '../../infra/claims-table.js';
 import { SOURCE_CONDITION } from '../../infra/package-source.js';
 import { POSTGRES_RUNTIME_MODULE, PostgresClaims, PostgresEndpoint } from '../../infra/postgres-claims.js';
 import { ScheduledJob } from '../../infra/scheduled-job.js';
+import { resolvedEnvironment } from '../helpers/deployed-environment.js';
 import { jobSpec, REPOSITORY_ROOT } from './fixtures.js';
 
 const HANDLER = join(REPOSITORY_ROOT, 'functions/weekly-report/handler.ts');
@@ -123,9 +124,7 @@ describe('NodejsFunction bundles, as ScheduledJob configures it', () => {
       'index.mjs',
     );
     const variables = fn.Environment.Variables as Record<string, unknown>;
-    const environment = Object.fromEntries(
-      Object.entries(variables).map(([k, v]) => [k, typeof v === 'string' ? v : `resolved-${k}`]),
-    );
+    const environment = resolvedEnvironment(variables);
     return { code: readFileSync(path, 'utf8'), path, environment };
   }
 

@@ -23,7 +23,7 @@ import type { Slot } from '../../shared/slot/slot.js';
 import { CountingSender } from '../helpers/counting-sender.js';
 import { EmfRecorder, schedulerEvent, TEST_SECRET, testHandler } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
-import { losingReplies, usePostgres } from '../helpers/postgres.js';
+import { losingReplies, slotSequence, usePostgres } from '../helpers/postgres.js';
 
 const WINDOW = '2026-11-30T06:00:00Z';
 const WINDOW_MS = Date.parse(WINDOW);
@@ -32,11 +32,10 @@ const JOB = 'weekly-report';
 
 const postgres = usePostgres();
 
-let windows = 0;
 /** A slot no other test in this file uses. */
-function freshSlot(jobId = 'pg-job'): Slot {
-  return { jobId, window: new Date(WINDOW_MS + ++windows * 60_000).toISOString().replace('.000Z', 'Z') };
-}
+const freshSlot = slotSequence('pg-job');
+
+const DEADLINE = WINDOW_MS + 6 * 3_600_000;
 
 function lease(owner: string, overrides: Partial<LeaseRequest> = {}): LeaseRequest {
   return {
@@ -44,10 +43,14 @@ function lease(owner: string, overrides: Partial<LeaseRequest> = {}): LeaseReque
     leaseMs: LEASE,
     maxAttempts: 3,
     expiresAtSeconds: Math.ceil(WINDOW_MS / 1000) + 35 * 86_400,
+    deadline: DEADLINE,
     delivery: { invocationId: owner },
     ...overrides,
   };
 }
+
+/** Reservation options at the current time; in-doubt effects are re-run only with `rerunInDoubt`. */
+const reserving = (rerunInDoubt = false) => ({ rerunInDoubt, now: Date.now() });
 
 async function claimOrFail(backend: PostgresBackend, slot: Slot, owner: string, now = Date.now()) {
   const outcome = await backend.claims.claim(slot, lease(owner), now);
@@ -201,7 +204,14 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
     expect(mailbox.perRecipient.size).toBe(400);
     expect(mailbox.duplicates()).toBe(0);
 
-    const claimA: Claim = { slot, owner: ownerA, epoch: 1, leaseEndsAt: 0, via: 'new' };
+    const claimA: Claim = {
+      slot,
+      owner: ownerA,
+      epoch: 1,
+      leaseEndsAt: 0,
+      via: 'new',
+      window: { deadline: DEADLINE, runsWithoutProgress: 0 },
+    };
     const completedC = await c.backend.claims.read(slot);
     expect(await a.backend.claims.complete(claimA, completedC!.summary!, Date.now())).toEqual({
       kind: 'fenced',
@@ -210,7 +220,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
       state: 'DONE',
     });
     expect(await a.backend.claims.renew(claimA, LEASE, Date.now())).toMatchObject({ kind: 'lost', epoch: 2 });
-    expect(await a.backend.ledger.reserve(claimA, 'late-key', { rerunInDoubt: false })).toEqual({
+    expect(await a.backend.ledger.reserve(claimA, 'late-key', reserving())).toEqual({
       kind: 'fenced',
       epoch: 2,
     });
@@ -231,16 +241,16 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
     const backend = postgres.backend(schema);
     const slot = freshSlot();
     const { claim: a } = await claimOrFail(backend, slot, 'frozen');
-    expect(await backend.ledger.reserveMany(a, ['k1', 'k2', 'k3'], { rerunInDoubt: false })).toEqual([
-      { kind: 'reserved', rerun: false },
-      { kind: 'reserved', rerun: false },
-      { kind: 'reserved', rerun: false },
+    expect(await backend.ledger.reserveMany(a, ['k1', 'k2', 'k3'], reserving())).toEqual([
+      { kind: 'reserved', rerun: false, attempt: 1 },
+      { kind: 'reserved', rerun: false, attempt: 1 },
+      { kind: 'reserved', rerun: false, attempt: 1 },
     ]);
     await backend.ledger.markDone(a, ['k1']);
 
     // Paused past its lease: before anyone takes over, the database clock alone already fences it.
     await postgres.ageLease(schema, slot, LEASE + 1);
-    expect(await backend.ledger.reserve(a, 'k4', { rerunInDoubt: false })).toEqual({
+    expect(await backend.ledger.reserve(a, 'k4', reserving())).toEqual({
       kind: 'fenced',
       epoch: 1,
     });
@@ -249,7 +259,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
     expect(takeover).toMatchObject({ claim: { epoch: 2, via: 'takeover' }, previousHolder: 'frozen' });
 
     // It resumes and every write it tries is rejected.
-    expect(await backend.ledger.reserveMany(a, ['k5', 'k6'], { rerunInDoubt: true })).toEqual([
+    expect(await backend.ledger.reserveMany(a, ['k5', 'k6'], reserving(true))).toEqual([
       { kind: 'fenced', epoch: 2 },
       { kind: 'fenced', epoch: 2 },
     ]);
@@ -270,11 +280,11 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
     await backend.ledger.markDone(a, ['k2']);
 
     const b = takeover.claim;
-    expect(await backend.ledger.reserveMany(b, ['k1', 'k2', 'k3', 'k5'], { rerunInDoubt: false })).toEqual([
+    expect(await backend.ledger.reserveMany(b, ['k1', 'k2', 'k3', 'k5'], reserving())).toEqual([
       { kind: 'done' },
       { kind: 'done' },
       { kind: 'in-doubt', epoch: 1 },
-      { kind: 'reserved', rerun: false },
+      { kind: 'reserved', rerun: false, attempt: 1 },
     ]);
     const records = await listAll(backend, slot);
     expect(records.map((r) => [r.keyHash, r.state, r.epoch])).toEqual([
@@ -316,6 +326,8 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
         null,
         Math.ceil(WINDOW_MS / 1000) + 86_400 * 35,
         false,
+        new Date(DEADLINE),
+        null,
       ])
     ).rows;
     expect(granted).toMatchObject({ epoch: 2 });
@@ -399,6 +411,8 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
             null,
             Math.ceil(WINDOW_MS / 1000) + 86_400 * 35,
             false,
+            new Date(DEADLINE),
+            null,
           ]);
           return rows as { epoch: number }[];
         }),
@@ -507,9 +521,9 @@ describe('Postgres backend: replies lost after commit', () => {
     const { claim } = await claimOrFail(backend, slot, 'a');
     expect(claim).toMatchObject({ epoch: 1, owner: 'a' });
     expect(await backend.claims.read(slot)).toMatchObject({ state: 'RUNNING', epoch: 1, attempts: 1 });
-    expect(await backend.ledger.reserveMany(claim, ['k1', 'k2'], { rerunInDoubt: false })).toEqual([
-      { kind: 'reserved', rerun: false },
-      { kind: 'reserved', rerun: false },
+    expect(await backend.ledger.reserveMany(claim, ['k1', 'k2'], reserving())).toEqual([
+      { kind: 'reserved', rerun: false, attempt: 1 },
+      { kind: 'reserved', rerun: false, attempt: 1 },
     ]);
     await backend.ledger.markDone(claim, ['k1']);
     expect(await backend.claims.renew(claim, LEASE, Date.now())).toMatchObject({ kind: 'renewed' });
@@ -572,15 +586,12 @@ describe('Postgres backend: hostile input', () => {
       await expect(backend.claims.claim(slot, lease('x'), Date.now())).rejects.toThrow(/not a valid job id/);
       await expect(backend.claims.read(slot)).rejects.toBeInstanceOf(InvalidEventError);
     }
-    const badWindows = [
-      "2026-11-30T06:00:00Z'; --",
-      '2026-11-30 06:00:00',
-      '2026-11-30T06:00:00.000Z',
-      '2026-02-31T00:00:00Z',
-    ];
+    // Another spelling of an instant (`….000Z`) is no such window: canonicalSlot makes it the one
+    // slot (the contract's "one rule for keys"). These are not instants at all.
+    const badWindows = ["2026-11-30T06:00:00Z'; --", '2026-11-30 06:00:00', '2026-02-31T00:00:00Z'];
     for (const window of badWindows) {
       await expect(backend.claims.claim({ jobId: JOB, window }, lease('x'), Date.now())).rejects.toThrow(
-        /not a canonical window/,
+        /is not an ISO-8601 instant/,
       );
     }
     const [row] = await postgres.sql<{ n: number }>(`SELECT count(*)::integer AS n FROM ${schema}.slots`);
@@ -599,13 +610,13 @@ describe('Postgres backend: hostile input', () => {
       "$1 ' \\ %s ::text",
       'k'.repeat(512),
     ];
-    const outcomes = await backend.ledger.reserveMany(claim, stored, { rerunInDoubt: false });
+    const outcomes = await backend.ledger.reserveMany(claim, stored, reserving());
     expect(outcomes.every((o) => o.kind === 'reserved')).toBe(true);
     for (const keyHash of stored) expect((await backend.ledger.read(slot, keyHash))?.keyHash).toBe(keyHash);
     expect(new Set((await listAll(backend, slot)).map((r) => r.keyHash))).toEqual(new Set(stored));
 
     for (const bad of ['nul\u0000inside', 'k'.repeat(513), 'lone \uD800 surrogate', '']) {
-      await expect(backend.ledger.reserve(claim, bad, { rerunInDoubt: false })).rejects.toSatisfy(
+      await expect(backend.ledger.reserve(claim, bad, reserving())).rejects.toSatisfy(
         (error: unknown) => error instanceof ConfigurationError && /effect key hash/.test(error.message),
       );
     }
@@ -766,8 +777,8 @@ describe('Postgres backend: schema, timeouts and operations', () => {
     const expired = await backend.claims.claim(old, lease('a', { expiresAtSeconds: 1_000 }), Date.now());
     const live = await claimOrFail(backend, recent, 'b');
     if (expired.kind !== 'claimed') throw new Error(expired.kind);
-    await backend.ledger.reserveMany(expired.claim, ['e1', 'e2', 'e3'], { rerunInDoubt: false });
-    await backend.ledger.reserveMany(live.claim, ['k1'], { rerunInDoubt: false });
+    await backend.ledger.reserveMany(expired.claim, ['e1', 'e2', 'e3'], reserving());
+    await backend.ledger.reserveMany(live.claim, ['k1'], reserving());
 
     expect(await purgeExpired(postgres.pool({ max: 1 }), { schema, batchSize: 2 })).toEqual({
       slots: 1,
@@ -780,7 +791,7 @@ describe('Postgres backend: schema, timeouts and operations', () => {
   });
 });
 
-describe('Postgres backend: backfills, schema upgrades and the operator', () => {
+describe('Postgres backend: backfills and the operator', () => {
   it('records a backfilled claim on the slot, and a later ordinary claim of the window as not backfilled', async () => {
     const schema = await postgres.freshSchema();
     const backend = postgres.backend(schema);
@@ -795,47 +806,11 @@ describe('Postgres backend: backfills, schema upgrades and the operator', () => 
       state: 'RUNNING',
       delivery: { invocationId: 'backfill', backfilled: true },
     });
-    await backend.claims.release(backfill.claim, { kind: 'yield' }, Date.now());
+    await backend.claims.release(backfill.claim, { kind: 'yield', runsWithoutProgress: 0 }, Date.now());
     await claimOrFail(backend, slot, 'scheduled');
     const retried = await backend.claims.read(slot);
     expect(retried).toMatchObject({ epoch: 2, delivery: { invocationId: 'scheduled' } });
     expect(retried?.delivery.backfilled).toBeUndefined();
-  });
-
-  it('brings a version-1 schema up to date with its rows kept, and tells a newer build to migrate until then', async () => {
-    const pool = postgres.pool({ max: 1 });
-    const schema = await postgres.freshSchema('v1');
-    const q = escapeIdentifier(schema);
-    // What version 1 made: no backfilled or operator_action columns, schema_version 1.
-    await postgres.sql(`ALTER TABLE ${q}.slots DROP COLUMN backfilled, DROP COLUMN operator_action`);
-    await postgres.sql(`ALTER TABLE ${q}.effects DROP COLUMN operator_action`);
-    await postgres.sql(`UPDATE ${q}.schema_version SET version = 1`);
-    const backend = postgres.backend(schema);
-    const slot = freshSlot();
-    await expect(backend.claims.claim(slot, lease('new-build'), Date.now())).rejects.toSatisfy(
-      (error: unknown) =>
-        error instanceof ConfigurationError &&
-        /older than this version of slotguard.*run the migration/.test(error.message),
-    );
-    await postgres.sql(
-      `INSERT INTO ${q}.slots (job_id, slot_window, state, owner, epoch, lease_until, attempts, max_attempts,
-         claimed_at, claimer_clock, expires_at)
-       VALUES ($1, $2, 'DONE', 'old-build', 1, NULL, 1, 3, now(), now(), now() + interval '35 days')`,
-      [slot.jobId, slot.window],
-    );
-
-    expect(await migrate(pool, { schema })).toEqual({ schema, version: 2, applied: true });
-    expect(await migrate(pool, { schema })).toEqual({ schema, version: 2, applied: false });
-    const versions = await postgres.sql<{ version: number }>(
-      `SELECT version FROM ${q}.schema_version ORDER BY version`,
-    );
-    expect(versions.map((v) => v.version)).toEqual([1, 2]);
-    const kept = await backend.claims.read(slot);
-    expect(kept).toMatchObject({ state: 'DONE', owner: 'old-build', epoch: 1 });
-    expect(kept?.delivery.backfilled).toBeUndefined();
-    const next = freshSlot();
-    await backend.claims.claim(next, lease('b', { delivery: { backfilled: true } }), Date.now());
-    expect(await backend.claims.read(next)).toMatchObject({ delivery: { backfilled: true } });
   });
 
   it('refuses an operator release on the database clock while the lease is live, however far ahead the operator’s clock is', async () => {
@@ -861,13 +836,99 @@ describe('Postgres backend: backfills, schema upgrades and the operator', () => 
       [slot.jobId, slot.window],
     );
     expect(note?.operator_action).toBe('released by an operator at 1970-01-01T00:00:00.000Z');
+    expect(await backend.claims.complete(holder.claim, summaryOf(1), Date.now())).toMatchObject({
+      kind: 'fenced',
+    });
+  });
+
+  it('releases a STUCK window for another run with fresh budgets, its checkpoint and deadline kept', async () => {
+    const schema = await postgres.freshSchema();
+    const pool = postgres.pool({ applicationName: `slotguard-test-${schema}` });
+    const backend = postgres.backend(schema, { pool });
+    const operator = new PostgresOperatorStore({ pool, schema });
+    const slot = freshSlot();
+    const { claim } = await claimOrFail(backend, slot, 'gave-up');
+    const checkpoint = { positions: { customers: 'c000420' }, walked: false };
+    const stuck = {
+      kind: 'stuck' as const,
+      reason: 'no progress in 3 runs',
+      checkpoint,
+      runsWithoutProgress: 3,
+    };
+    expect(await backend.claims.release(claim, stuck, Date.now())).toEqual({ kind: 'ok' });
+    expect(await backend.claims.claim(slot, lease('next'), Date.now())).toMatchObject({
+      kind: 'stuck',
+      epoch: 1,
+    });
+
+    const released = await operator.forceRelease(slot, {
+      expectedEpoch: 1,
+      now: Date.now(),
+      evenIfLeaseLive: false,
+    });
+    expect(released).toMatchObject({
+      kind: 'ok',
+      record: {
+        state: 'RELEASED',
+        epoch: 1,
+        failures: 0,
+        runsWithoutProgress: 0,
+        checkpoint,
+        deadline: DEADLINE,
+      },
+    });
+    expect(await backend.claims.claim(slot, lease('next'), Date.now())).toMatchObject({
+      kind: 'claimed',
+      claim: { epoch: 2, via: 'retry', window: { deadline: DEADLINE, checkpoint, runsWithoutProgress: 0 } },
+    });
+  });
+
+  it('reopens a PARTIAL window as it does a DONE one, and leaves its refused effect failed, not in doubt', async () => {
+    const schema = await postgres.freshSchema();
+    const pool = postgres.pool({ applicationName: `slotguard-test-${schema}` });
+    const backend = postgres.backend(schema, { pool });
+    const operator = new PostgresOperatorStore({ pool, schema });
+    const slot = freshSlot();
+    const { claim } = await claimOrFail(backend, slot, 'partial');
+    expect(await backend.ledger.reserveMany(claim, ['in-doubt', 'refused'], reserving())).toHaveLength(2);
+    await backend.ledger.recordFailure(claim, 'refused', { attempts: 5, reason: 'rejected' });
+    const window = {
+      ...summaryOf(1),
+      inDoubt: 1,
+      inDoubtKeys: ['in-doubt'],
+      failed: 1,
+      failedKeys: ['refused'],
+    };
+    expect(await backend.claims.complete(claim, window, Date.now())).toEqual({ kind: 'ok' });
+    const request = { expectedEpoch: 1, now: Date.now() };
+
+    expect(await operator.resolveEffect(slot, 'refused', 'clear', request)).toMatchObject({
+      kind: 'effect-not-in-doubt',
+      current: { state: 'FAILED', attempts: 5, reason: 'rejected' },
+    });
+    // Clearing the in-doubt effect of a PARTIAL window reopens it, as it would a DONE one.
+    expect(await operator.resolveEffect(slot, 'in-doubt', 'clear', request)).toMatchObject({
+      kind: 'resolved',
+      before: { state: 'RESERVED', epoch: 1, owner: 'partial', attempts: 0 },
+      slotReopened: true,
+    });
+    expect(await backend.claims.read(slot)).toMatchObject({ state: 'RELEASED', epoch: 1, summary: window });
+    const { claim: next } = await claimOrFail(backend, slot, 'next');
+    expect(await backend.ledger.reserveMany(next, ['in-doubt', 'refused'], reserving())).toEqual([
+      { kind: 'reserved', rerun: false, attempt: 1 },
+      { kind: 'failed', attempts: 5 },
+    ]);
     expect(
-      await backend.claims.complete(
-        holder.claim,
-        { done: 0, skipped: 0, inDoubt: 0, failed: 0, inDoubtKeys: [], epoch: 1 },
-        Date.now(),
-      ),
-    ).toMatchObject({ kind: 'fenced' });
+      await backend.claims.complete(next, { ...window, inDoubt: 0, inDoubtKeys: [], done: 1 }, Date.now()),
+    ).toEqual({
+      kind: 'ok',
+    });
+
+    // Reopened directly, without touching an effect.
+    expect(await operator.reopen(slot, { expectedEpoch: 2, now: Date.now() })).toMatchObject({
+      kind: 'ok',
+      record: { state: 'RELEASED', epoch: 2 },
+    });
   });
 });
 
@@ -910,4 +971,12 @@ describe('the incident on Postgres: three replicas fire the weekly report for on
   });
 });
 
-const summaryOf = (epoch: number) => ({ done: 0, skipped: 0, inDoubt: 0, failed: 0, inDoubtKeys: [], epoch });
+/** A window summary of `runs` runs that did nothing. */
+const summaryOf = (runs: number) => ({
+  done: 0,
+  inDoubt: 0,
+  failed: 0,
+  inDoubtKeys: [],
+  failedKeys: [],
+  runs,
+});

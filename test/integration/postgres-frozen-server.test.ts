@@ -16,6 +16,7 @@ import {
   claimOrFail,
   countDestroyedConnections,
   type FrozenProcesses,
+  slotSequence,
   usePostgres,
 } from '../helpers/postgres.js';
 
@@ -46,11 +47,8 @@ const TIMEOUTS = { deadlineMs: DEADLINE, lockMs: 5_000 };
 type Scope = 'transaction' | 'connection';
 const SCOPES: Scope[] = ['transaction', 'connection'];
 
-let windows = 0;
 /** A slot no other test in this file uses. */
-function freshSlot(jobId = 'frozen-job'): Slot {
-  return { jobId, window: new Date(WINDOW_MS + ++windows * 60_000).toISOString().replace('.000Z', 'Z') };
-}
+const freshSlot = slotSequence('frozen-job');
 
 /**
  * A fresh schema and slot, claimed by 'holder' through a backend with the test's short deadline,
@@ -204,7 +202,7 @@ describe(
         const { error } = await whileFrozenMidStatement(
           'frozen-reserver',
           await lockSlotRow(schema, slot),
-          () => backend.ledger.reserveMany(claim, keys, { rerunInDoubt: false }),
+          () => backend.ledger.reserveMany(claim, keys, { rerunInDoubt: false, now: Date.now() }),
         );
 
         expect(error).toBeInstanceOf(PostgresDeadlineError);
@@ -219,9 +217,9 @@ describe(
           [slot.jobId, slot.window],
         );
         expect(row!.n).toBe(0);
-        expect(await backend.ledger.reserveMany(claim, keys, { rerunInDoubt: false })).toEqual(
-          keys.map(() => ({ kind: 'reserved', rerun: false })),
-        );
+        expect(
+          await backend.ledger.reserveMany(claim, keys, { rerunInDoubt: false, now: Date.now() }),
+        ).toEqual(keys.map(() => ({ kind: 'reserved', rerun: false, attempt: 1 })));
       },
     );
 

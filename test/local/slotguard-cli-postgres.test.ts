@@ -18,6 +18,7 @@ function lease(owner: string): LeaseRequest {
     leaseMs: LEASE,
     maxAttempts: 3,
     expiresAtSeconds: Math.ceil(Date.now() / 1000) + 35 * 86_400,
+    deadline: Date.now() + 6 * 3_600_000,
     delivery: {},
   };
 }
@@ -74,14 +75,14 @@ describe('slotguard on Postgres', () => {
     const slot = { jobId: JOB, window: '2026-11-30T06:15:00Z' };
     const key = backend.hashKey('inv-1');
     const crashed = await claimOrFail(backend, slot, 'crashed/1');
-    await backend.ledger.reserve(crashed, key, { rerunInDoubt: false });
+    await backend.ledger.reserve(crashed, key, { rerunInDoubt: false, now: Date.now() });
     await postgres.ageLease(schema, slot, 2 * LEASE);
     const takeover = await claimOrFail(backend, slot, 'takeover/2');
-    expect(await backend.ledger.reserve(takeover, key, { rerunInDoubt: false })).toEqual({
+    expect(await backend.ledger.reserve(takeover, key, { rerunInDoubt: false, now: Date.now() })).toEqual({
       kind: 'in-doubt',
       epoch: 1,
     });
-    const summary = { done: 0, skipped: 0, inDoubt: 1, failed: 0, inDoubtKeys: [key], epoch: 2 };
+    const summary = { done: 0, inDoubt: 1, failed: 0, inDoubtKeys: [key], failedKeys: [], runs: 2 };
     await backend.claims.complete(takeover, summary, Date.now());
     const window = ['--job', JOB, '--window', slot.window, '--key', key];
 

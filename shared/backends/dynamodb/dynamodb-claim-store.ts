@@ -75,6 +75,8 @@ export const SlotAttribute = {
   noProgress: 'noProgress',
   /** A released window waiting for failed effects' backoff is not claimable before this (epoch ms). */
   resumeAfter: 'resumeAfter',
+  /** The effect-key version the window's effects are hashed with: set by the first claim, kept. */
+  keyVersion: 'keyVersion',
   expiresAt: TableLayout.ttlAttribute,
 } as const;
 const A = SlotAttribute;
@@ -132,7 +134,10 @@ export class DynamoClaimStore implements ClaimStore {
       ':maxAttempts': num(lease.maxAttempts),
       ':backfilled': { BOOL: lease.delivery.backfilled === true },
       ':deadline': num(lease.deadline),
+      ...(lease.keyVersion !== undefined ? { ':keyVersion': str(lease.keyVersion) } : {}),
     };
+    const pinKey =
+      lease.keyVersion !== undefined ? ', #keyVersion = if_not_exists(#keyVersion, :keyVersion)' : '';
     const isNew = 'attribute_not_exists(#state)';
     const isExpiredLease = '(#state = :running AND #leaseUntil < :takeoverBefore)';
     const isReleased =
@@ -149,7 +154,7 @@ export class DynamoClaimStore implements ClaimStore {
             '#jobId = :jobId, #window = :window, #executionId = :executionId, ' +
             '#attemptNumber = :attemptNumber, #invocationId = :invocationId, #maxAttempts = :maxAttempts, ' +
             '#backfilled = :backfilled, #deadline = if_not_exists(#deadline, :deadline), ' +
-            '#noProgress = if_not_exists(#noProgress, :zero) REMOVE #progress, #resumeAfter',
+            `#noProgress = if_not_exists(#noProgress, :zero)${pinKey} REMOVE #progress, #resumeAfter`,
           ConditionExpression: `${isNew} OR ${isExpiredLease} OR ${isReleased}`,
           ExpressionAttributeNames: pick(NAMES, [
             A.state,
@@ -171,6 +176,7 @@ export class DynamoClaimStore implements ClaimStore {
             A.noProgress,
             A.progress,
             A.resumeAfter,
+            ...(pinKey ? [A.keyVersion] : []),
           ]),
           ExpressionAttributeValues: values,
           ReturnValues: 'ALL_OLD',
@@ -190,7 +196,11 @@ export class DynamoClaimStore implements ClaimStore {
           epoch,
           leaseEndsAt: leaseUntil,
           via,
-          window: progressOf(old && previousState ? toRecord(slot, old) : undefined, lease.deadline),
+          window: progressOf(
+            old && previousState ? toRecord(slot, old) : undefined,
+            lease.deadline,
+            lease.keyVersion,
+          ),
         },
         ...(previousHolder ? { previousHolder } : {}),
       };
@@ -399,6 +409,7 @@ function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord 
     ...(checkpoint ? { checkpoint: JSON.parse(checkpoint) as Checkpoint } : {}),
     ...(progress ? { progress: JSON.parse(progress) as RunSummary } : {}),
     ...(item[A.resumeAfter]?.N ? { resumeAfter: num$(item, A.resumeAfter) } : {}),
+    ...(item[A.keyVersion]?.S !== undefined ? { keyVersion: item[A.keyVersion]?.S } : {}),
     ...(summary ? { summary: JSON.parse(summary) as WindowSummary } : {}),
     ...(lastError ? { lastError } : {}),
     ...(completedAt ? { completedAt: Number(completedAt) } : {}),

@@ -104,6 +104,9 @@ export class MemoryClaimStore implements ClaimStore {
         maxAttempts: lease.maxAttempts,
         deadline: old?.deadline ?? lease.deadline,
         noProgress: old?.noProgress ?? 0,
+        ...(old?.keyVersion !== undefined || lease.keyVersion !== undefined
+          ? { keyVersion: old?.keyVersion ?? lease.keyVersion }
+          : {}),
       }),
     );
     if (result.committed) {
@@ -119,7 +122,7 @@ export class MemoryClaimStore implements ClaimStore {
           epoch,
           leaseEndsAt: leaseUntil,
           via,
-          window: progressOf(old ? toRecord(slot, old) : undefined, lease.deadline),
+          window: progressOf(old ? toRecord(slot, old) : undefined, lease.deadline, lease.keyVersion),
         },
         ...(previousHolder ? { previousHolder } : {}),
       };
@@ -314,6 +317,7 @@ function toRecord(slot: Slot, item: SlotItem): MemorySlotRecord {
     ...(item.checkpoint ? { checkpoint: JSON.parse(item.checkpoint) as Checkpoint } : {}),
     ...(item.progress ? { progress: JSON.parse(item.progress) as RunSummary } : {}),
     ...(item.resumeAfter !== undefined ? { resumeAfter: item.resumeAfter } : {}),
+    ...(item.keyVersion !== undefined ? { keyVersion: item.keyVersion } : {}),
   };
 }
 

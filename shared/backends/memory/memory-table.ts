@@ -35,6 +35,8 @@ export interface SlotItem {
   readonly noProgress?: number;
   /** Removed by each claim. */
   readonly resumeAfter?: number;
+  /** Set by the first claim, kept by every later one. */
+  readonly keyVersion?: string;
 }
 
 /** An effect item, as the DynamoDB adapter writes it. */

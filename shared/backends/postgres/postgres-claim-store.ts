@@ -1,5 +1,7 @@
 import { ConfigurationError, StoreError } from '../../errors.js';
+import { claimOutcomeOfConflict, progressOf } from '../../slot/conflict-outcomes.js';
 import type {
+  Checkpoint,
   Claim,
   ClaimOutcome,
   ClaimStore,
@@ -10,9 +12,10 @@ import type {
   RenewOutcome,
   RunSummary,
   SlotRecord,
+  WindowSummary,
 } from '../../slot/ports.js';
 import { SlotState } from '../../slot/ports.js';
-import type { Slot } from '../../slot/slot.js';
+import { canonicalClaim, canonicalSlot, describe, type Slot } from '../../slot/slot.js';
 import { translateError } from './postgres-errors.js';
 import {
   longestTimeout,
@@ -20,7 +23,7 @@ import {
   type ResolvedTimeouts,
   type TransactionQuery,
 } from './postgres-executor.js';
-import { advisoryLockKey, assertOwner, assertSlot, storableText } from './postgres-keys.js';
+import { advisoryLockKey, assertOwner, storableText } from './postgres-keys.js';
 import type { SlotguardSql } from './sql.js';
 
 /**
@@ -31,6 +34,8 @@ import type { SlotguardSql } from './sql.js';
  *   compared. Replicas whose clocks disagree by minutes still agree on who holds a slot.
  * - `'caller'`: the `now` each call passes, as the DynamoDB backend does. For a single clock that
  *   drives every caller: the contract suite and simulations, with a ManualClock.
+ * Either way, the instants a caller computed itself (a yielded window's `resumeAfter`, a refused
+ * effect's `retryAt`) are compared with the caller's `now`: see PostgresClaimStore.claim.
  */
 export type LeaseClock = 'database' | 'caller';
 
@@ -79,14 +84,20 @@ export type SlotRow = {
   readonly attempt_number: number | null;
   readonly invocation_id: string | null;
   readonly backfilled: boolean;
-  readonly summary: RunSummary | null;
+  readonly summary: WindowSummary | null;
   readonly last_error: string | null;
   readonly completed_at: Date | null;
   readonly expires_at: Date;
+  readonly deadline: Date | null;
+  readonly checkpoint: Checkpoint | null;
+  readonly progress: RunSummary | null;
+  readonly runs_without_progress: number;
+  readonly resume_after: Date | null;
   readonly lease_expired?: boolean | null;
 };
 
-type GrantRow = {
+/** What the claim's upsert returns: the grant, and the window's progress as the replaced row had it. */
+type GrantRow = Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress'> & {
   readonly epoch: number;
   readonly lease_until: Date;
   readonly previous_owner: string | null;
@@ -125,7 +136,9 @@ export class PostgresClaimStore implements ClaimStore {
   /*
    * Timeline of a claim transaction:
    *   1. probe: try the slot's advisory lock; read the row as committed
-   *      - DONE / FAILED / RUNNING under someone's live lease → answer from the row, write nothing
+   *      - DONE / PARTIAL / FAILED / STUCK                    → answer from the row, write nothing
+   *      - RUNNING under someone's live lease                 → held
+   *      - RELEASED with resume_after still ahead             → waiting
    *      - RUNNING under our own owner token                  → ours (a retried claim), write nothing
    *   2. lock not ours (another claimer of this slot is mid-claim): wait for it, bounded by
    *      lock_timeout, and read again; the winner's commit now answers most claimers without a write
@@ -135,13 +148,23 @@ export class PostgresClaimStore implements ClaimStore {
    * each epoch exactly once.
    *   4. COMMIT, sent only once the upsert's reply is in: a claim abandoned at the client-side
    *      deadline before that grants nothing, even when a frozen server thaws and runs the upsert
+   *
+   * The takeover skew allowance (`lease.takeoverSkewMs`) is applied on the caller's clock only, as
+   * the DynamoDB backend applies it. On the database clock it is unnecessary: one clock, the
+   * database's, both writes every lease end and judges every takeover, so no claimer's clock can
+   * run ahead of the holder's. `resume_after` is judged by the caller's `now` on either clock: the
+   * yielding run computed it on its own clock (the earliest retry of a refused effect, whose
+   * `retry_at` the ledger also compares with the caller's clock), and a wait is a courtesy to the
+   * provider, not what keeps two holders apart.
    */
   async claim(slot: Slot, lease: LeaseRequest, now: number): Promise<ClaimOutcome> {
-    assertSlot(slot);
+    slot = canonicalSlot(slot);
     assertOwner(lease.owner);
+    assertDeadline(lease.deadline);
     this.#assertLeaseOutlastsTimeouts(lease.leaseMs);
     const key = advisoryLockKey(slot).toString();
     const at = this.#now(now);
+    const takeoverBefore = this.#leaseClock === 'caller' ? new Date(now - (lease.takeoverSkewMs ?? 0)) : null;
     const sql = this.#sql;
     try {
       return await this.#executor.transaction(async (query) => {
@@ -149,13 +172,13 @@ export class PostgresClaimStore implements ClaimStore {
           key,
           slot.jobId,
           slot.window,
-          at,
+          takeoverBefore,
         ]);
-        let answer = probe?.state ? outcomeOfRow(slot, probe, lease.owner) : 'claimable';
+        let answer = probe?.state ? outcomeOfRow(slot, probe, lease.owner, now) : 'claimable';
         if (answer !== 'claimable') return answer;
         if (!probe?.locked) {
           await query(sql.waitForClaimLock, [key]);
-          answer = await this.#explain(query, slot, lease.owner, at);
+          answer = await this.#explain(query, slot, lease.owner, now, takeoverBefore);
           if (answer !== 'claimable') return answer;
         }
         // A lease that ends between the upsert's clock reading and the explaining read's is
@@ -175,9 +198,11 @@ export class PostgresClaimStore implements ClaimStore {
             storableText(lease.delivery.invocationId, 256),
             lease.expiresAtSeconds,
             lease.delivery.backfilled === true,
+            new Date(lease.deadline),
+            takeoverBefore,
           ]);
-          if (granted) return grantedOutcome(slot, lease.owner, granted);
-          answer = await this.#explain(query, slot, lease.owner, at);
+          if (granted) return grantedOutcome(slot, lease, granted);
+          answer = await this.#explain(query, slot, lease.owner, now, takeoverBefore);
           if (answer !== 'claimable') return answer;
         }
         throw new StoreError(
@@ -192,43 +217,67 @@ export class PostgresClaimStore implements ClaimStore {
   }
 
   async renew(claim: Claim, leaseMs: number, now: number): Promise<RenewOutcome> {
+    claim = canonicalClaim(claim);
     const rows = await this.#write('renew', claim, this.#sql.renewLease, [this.#now(now), leaseMs]);
     const renewed = rows[0] as { lease_until: Date } | undefined;
     if (renewed) return { kind: 'renewed', leaseEndsAt: renewed.lease_until.getTime() };
     return { kind: 'lost', ...fencedBy(await this.#readRow(claim.slot)) };
   }
 
-  async complete(claim: Claim, summary: RunSummary, now: number): Promise<FinishOutcome> {
+  async checkpoint(claim: Claim, checkpoint: Checkpoint, progress: RunSummary): Promise<FinishOutcome> {
+    claim = canonicalClaim(claim);
+    const rows = await this.#write('checkpoint', claim, this.#sql.checkpointSlot, [
+      JSON.stringify(checkpoint),
+      JSON.stringify(progress),
+    ]);
+    return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [SlotState.Running]);
+  }
+
+  async complete(claim: Claim, summary: WindowSummary, now: number): Promise<FinishOutcome> {
+    claim = canonicalClaim(claim);
+    const state = summary.failed > 0 ? SlotState.Partial : SlotState.Done;
     const rows = await this.#write('complete', claim, this.#sql.completeSlot, [
       this.#now(now),
       JSON.stringify(summary),
+      state,
     ]);
-    return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [SlotState.Done]);
+    return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [state]);
   }
 
   async release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome> {
-    if (reason.kind === 'yield') {
-      const rows = await this.#write('release', claim, this.#sql.yieldSlot, [this.#now(now)]);
-      return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [SlotState.Released]);
+    claim = canonicalClaim(claim);
+    if (reason.kind === 'error') {
+      // failures + 1 in the statement, FAILED once that reaches the max_attempts the claim stored.
+      const rows = await this.#write('release', claim, this.#sql.failSlot, [
+        this.#now(now),
+        storableText(reason.message, MAX_ERROR_TEXT),
+      ]);
+      return rows.length > 0
+        ? { kind: 'ok' }
+        : this.#explainFinish(claim, [SlotState.Released, SlotState.Failed]);
     }
-    const rows = await this.#write('release', claim, this.#sql.failSlot, [
+    const state = reason.kind === 'stuck' ? SlotState.Stuck : SlotState.Released;
+    const resumeAfter = reason.kind === 'yield' ? reason.resumeAfter : undefined;
+    const rows = await this.#write('release', claim, this.#sql.releaseSlot, [
       this.#now(now),
-      storableText(reason.message, MAX_ERROR_TEXT),
+      state,
+      reason.runsWithoutProgress,
+      reason.checkpoint ? JSON.stringify(reason.checkpoint) : null,
+      resumeAfter !== undefined ? new Date(resumeAfter) : null,
+      reason.kind === 'stuck' ? storableText(reason.reason, MAX_ERROR_TEXT) : null,
     ]);
-    return rows.length > 0
-      ? { kind: 'ok' }
-      : this.#explainFinish(claim, [SlotState.Released, SlotState.Failed]);
+    return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [state]);
   }
 
   async read(slot: Slot): Promise<PostgresSlotRecord | undefined> {
-    assertSlot(slot);
+    slot = canonicalSlot(slot);
     const row = await this.#readRow(slot);
     return row?.state ? toRecord(slot, row) : undefined;
   }
 
   /** The epoch currently on a slot, or undefined when it has no row. */
   async currentEpoch(slot: Slot): Promise<number | undefined> {
-    return (await this.#readRow(slot))?.epoch;
+    return (await this.#readRow(canonicalSlot(slot)))?.epoch;
   }
 
   async #readRow(slot: Slot): Promise<SlotRow | undefined> {
@@ -241,14 +290,14 @@ export class PostgresClaimStore implements ClaimStore {
   }
 
   /**
-   * A fenced write: the statement's first four parameters are always job, window, owner, epoch. The
+   * A fenced write of a canonical claim: the statement's first four parameters are always job,
+   * window, owner, epoch. The
    * executor sends it inside BEGIN … COMMIT with COMMIT only after its reply, so a renewal, completion
    * or release abandoned at the client-side deadline while its statement was unanswered never
    * commits, even when the server thaws later; one whose COMMIT was already sent may (the error says
    * which).
    */
   async #write(operation: string, claim: Claim, text: string, rest: unknown[]): Promise<unknown[]> {
-    assertSlot(claim.slot);
     assertOwner(claim.owner);
     try {
       return await this.#executor.query(text, [
@@ -274,10 +323,11 @@ export class PostgresClaimStore implements ClaimStore {
     query: TransactionQuery,
     slot: Slot,
     owner: string,
-    at: Date | null,
+    now: number,
+    takeoverBefore: Date | null,
   ): Promise<ClaimOutcome | 'claimable'> {
-    const [row] = await query<SlotRow>(this.#sql.readSlotForClaim, [slot.jobId, slot.window, at]);
-    return row?.state ? outcomeOfRow(slot, row, owner) : 'claimable';
+    const [row] = await query<SlotRow>(this.#sql.readSlotForClaim, [slot.jobId, slot.window, takeoverBefore]);
+    return row?.state ? outcomeOfRow(slot, row, owner, now) : 'claimable';
   }
 
   /** The `$now` parameter: NULL lets the statement read the database clock. */
@@ -298,40 +348,42 @@ export class PostgresClaimStore implements ClaimStore {
   }
 }
 
-function outcomeOfRow(slot: Slot, row: SlotRow, owner: string): ClaimOutcome | 'claimable' {
-  switch (row.state) {
-    case SlotState.Done:
-      return {
-        kind: 'done',
-        completedAt: row.completed_at?.getTime() ?? 0,
-        summary: row.summary ?? undefined,
-      };
-    case SlotState.Failed:
-      return { kind: 'failed', attempts: row.attempts, lastError: row.last_error ?? '' };
-    case SlotState.Running:
-      if (row.owner === owner) {
-        // Our own claim committed and we are asking again (a retry after a lost reply): it is ours.
-        return {
-          kind: 'claimed',
-          claim: { slot, owner, epoch: row.epoch, leaseEndsAt: leaseEnd(row), via: 'new' },
-        };
-      }
-      if (row.lease_expired) return 'claimable';
-      return { kind: 'held', holder: row.owner, epoch: row.epoch, leaseEndsAt: leaseEnd(row) };
-    case SlotState.Released:
-    case null:
-      return 'claimable';
-    default:
-      return assertNever(row.state);
+/**
+ * What a slot row that a claim found means, by the rules every backend shares
+ * (claimOutcomeOfConflict), except for one: whether someone else's lease has ended was judged in
+ * the statement (`lease_expired`), by the lease clock.
+ */
+function outcomeOfRow(slot: Slot, row: SlotRow, owner: string, now: number): ClaimOutcome | 'claimable' {
+  const record = toRecord(slot, row);
+  if (record.state === SlotState.Running && record.owner !== owner) {
+    if (row.lease_expired) return 'claimable';
+    return { kind: 'held', holder: record.owner, epoch: record.epoch, leaseEndsAt: record.leaseEndsAt };
   }
+  return claimOutcomeOfConflict(slot, record, owner, now);
 }
 
-function grantedOutcome(slot: Slot, owner: string, row: GrantRow): ClaimOutcome {
+function grantedOutcome(slot: Slot, lease: LeaseRequest, row: GrantRow): ClaimOutcome {
   const via = row.epoch === 1 ? 'new' : row.previous_state === SlotState.Running ? 'takeover' : 'retry';
   return {
     kind: 'claimed',
-    claim: { slot, owner, epoch: row.epoch, leaseEndsAt: row.lease_until.getTime(), via },
+    claim: {
+      slot,
+      owner: lease.owner,
+      epoch: row.epoch,
+      leaseEndsAt: row.lease_until.getTime(),
+      via,
+      window: progressOf(windowFields(row), lease.deadline),
+    },
     ...(via === 'takeover' && row.previous_owner ? { previousHolder: row.previous_owner } : {}),
+  };
+}
+
+/** The window's progress columns of a row, as the port's record spells them. */
+function windowFields(row: Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress'>) {
+  return {
+    runsWithoutProgress: row.runs_without_progress,
+    ...(row.deadline ? { deadline: row.deadline.getTime() } : {}),
+    ...(row.checkpoint ? { checkpoint: row.checkpoint } : {}),
   };
 }
 
@@ -356,6 +408,9 @@ export function toRecord(slot: Slot, row: SlotRow): PostgresSlotRecord {
     maxAttempts: row.max_attempts,
     claimedAt: row.claimed_at.getTime(),
     claimerClock: row.claimer_clock?.getTime() ?? 0,
+    ...windowFields(row),
+    ...(row.progress ? { progress: row.progress } : {}),
+    ...(row.resume_after ? { resumeAfter: row.resume_after.getTime() } : {}),
     ...(row.summary ? { summary: row.summary } : {}),
     ...(row.last_error !== null ? { lastError: row.last_error } : {}),
     ...(row.completed_at ? { completedAt: row.completed_at.getTime() } : {}),
@@ -375,6 +430,12 @@ function fencedBy(row: SlotRow | undefined) {
 
 const describeSlot = (slot: Slot) => `slot ${slot.jobId} ${slot.window}`;
 
-function assertNever(value: never): never {
-  throw new StoreError('decode', `unexpected slot state ${String(value)}`);
+/** A claim's deadline must be an instant: it is stored, and every later run of the window is held to it. */
+function assertDeadline(deadline: unknown): void {
+  if (typeof deadline !== 'number' || !Number.isFinite(deadline)) {
+    throw new ConfigurationError(
+      'deadline',
+      `lease deadline is ${describe(deadline)}; pass the instant the window must be finished by, in epoch milliseconds`,
+    );
+  }
 }

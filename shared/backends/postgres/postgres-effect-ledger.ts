@@ -1,11 +1,19 @@
 import { StoreError } from '../../errors.js';
-import type { Claim, EffectLedger, EffectRecord, ReserveOutcome } from '../../slot/ports.js';
+import { reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import type {
+  Claim,
+  EffectFailure,
+  EffectLedger,
+  EffectRecord,
+  ReserveOptions,
+  ReserveOutcome,
+} from '../../slot/ports.js';
 import { EffectState } from '../../slot/ports.js';
-import type { Slot } from '../../slot/slot.js';
+import { canonicalClaim, canonicalSlot, type Slot } from '../../slot/slot.js';
 import type { LeaseClock, PostgresClaimStore } from './postgres-claim-store.js';
 import { translateError } from './postgres-errors.js';
 import type { PostgresExecutor } from './postgres-executor.js';
-import { assertKeyHash, assertOwner, assertSlot } from './postgres-keys.js';
+import { assertKeyHash, assertOwner, storableText } from './postgres-keys.js';
 import type { SlotguardSql } from './sql.js';
 
 /** What a PostgresEffectLedger runs on; postgresBackend builds it. */
@@ -19,20 +27,33 @@ export interface PostgresEffectLedgerOptions {
   readonly claims: PostgresClaimStore;
 }
 
-type EffectRow = {
+/** An effect row as every read returns it (EFFECT_COLUMNS in sql.ts); the operator store's too. */
+export type EffectRow = {
   readonly key_hash: string;
   readonly state: EffectState;
   readonly epoch: number;
   readonly owner: string;
+  readonly attempts: number;
+  readonly retry_at: Date | null;
+  readonly reason: string | null;
 };
 
 type BatchRow = { readonly lease_held: boolean; readonly inserted: string[] };
-type TakeOverRow = { readonly lease_held: boolean; readonly taken: string[] };
+type ReplaceRow = { readonly lease_held: boolean; readonly replaced: string[] };
+
+/** A row read to be replaced as it was: a due retry of a refusal, or a re-run of an in-doubt effect. */
+interface Replacement {
+  readonly seen: EffectRecord;
+  /** The opt-in re-run of an in-doubt effect (not a retry of a refused one). */
+  readonly rerun: boolean;
+}
 
 /** Keys per statement for marks and reads: well under Postgres's parameter and array limits. */
 const CHUNK = 1_000;
 /** Rows per page when listing a window's effects. */
 const PAGE = 1_000;
+/** Longest refusal reason kept (a NotPerformedReason is a short word). */
+const MAX_REASON_TEXT = 200;
 
 /**
  * The effect half of the Postgres backend: one row per (job, window, effect key hash).
@@ -42,12 +63,19 @@ const PAGE = 1_000;
  *            CONFLICT DO NOTHING: RESERVED, epoch e, owner o                 → ours to perform
  *   perform  the caller sends the email
  *   mark     UPDATE to DONE where the reservation is ours                   → later runs skip it
+ *   refused  UPDATE to FAILED (attempts, retry_at) where it is ours          → a later run retries it
  * A crash between reserve and mark leaves RESERVED with epoch e; a later epoch reports it IN DOUBT
  * (the email may or may not have gone) instead of sending again. A holder that has been taken over
  * reserves nothing: the lease check in the same statement fails first. A batch abandoned at the
  * client-side deadline before its COMMIT was sent reserves nothing either, even once a frozen server
  * thaws (see PostgresExecutor.query); had it committed unseen, its keys would read as in doubt to
  * the next epoch although nothing was sent.
+ *
+ * A refused effect's `retry_at` is compared with the caller's `now` (ReserveOptions.now), on the
+ * database lease clock too: the runner that recorded the refusal computed `retry_at` on its own
+ * clock, and so does the run deciding whether it is due. Which clock judges a retry only moves it
+ * by the skew between replicas; what keeps it from being performed twice is the replacement
+ * conditioned on the exact row read, under the same lease check as every reservation.
  */
 export class PostgresEffectLedger implements EffectLedger {
   readonly #executor: PostgresExecutor;
@@ -67,11 +95,21 @@ export class PostgresEffectLedger implements EffectLedger {
   }
 
   /** The port's single-key reservation: a batch of one. */
-  async reserve(claim: Claim, keyHash: string, options: { rerunInDoubt: boolean }): Promise<ReserveOutcome> {
+  async reserve(claim: Claim, keyHash: string, options: ReserveOptions): Promise<ReserveOutcome> {
     const [outcome] = await this.reserveMany(claim, [keyHash], options);
     return outcome!;
   }
 
+  /*
+   * Timeline of a batch of reservations:
+   *   1. sql.reserveEffects: under the lease check, insert every key; most are new → reserved
+   *   2. the keys that met a row are read, and each row decided by the rules every backend shares
+   *      (reserveOutcomeOfConflict): done, in doubt, fenced, retry-later, failed, or ours already
+   *   3. rows to replace (a refusal due for its retry, an in-doubt effect re-run by policy):
+   *      sql.replaceEffects, under the same lease check, each exactly as read
+   *   4. a retry that lost its row to someone else since the read goes round again from 1
+   * The common case (new keys) is statement 1 alone.
+   */
   /**
    * Reserves several effects under one lease check, one statement for the lot in the common case.
    * Returns one outcome per key, in the order given (a key given twice gets the same outcome twice).
@@ -79,9 +117,9 @@ export class PostgresEffectLedger implements EffectLedger {
   async reserveMany(
     claim: Claim,
     keyHashes: readonly string[],
-    options: { rerunInDoubt: boolean },
+    options: ReserveOptions,
   ): Promise<ReserveOutcome[]> {
-    assertClaim(claim);
+    claim = checkedClaim(claim);
     for (const keyHash of keyHashes) assertKeyHash(keyHash);
     const outcomes = new Map<string, ReserveOutcome>();
     // Sorted, so overlapping batches lock their rows in one order and cannot deadlock.
@@ -90,8 +128,8 @@ export class PostgresEffectLedger implements EffectLedger {
       if (round > 5) {
         throw new StoreError(
           'reserve',
-          `${pending.length} effects of ${describeClaim(claim)} were released by their holder each time they were read, ` +
-            'five times in a row; try the run again',
+          `${pending.length} effects of ${describeClaim(claim)} changed under five reservations in a row; ` +
+            'the run stops and a later run retries them',
         );
       }
       const batch = await this.#query<BatchRow>('reserve', claim, this.#sql.reserveEffects, [
@@ -103,27 +141,33 @@ export class PostgresEffectLedger implements EffectLedger {
         break;
       }
       const inserted = new Set(batch[0].inserted);
-      for (const keyHash of inserted) outcomes.set(keyHash, { kind: 'reserved', rerun: false });
+      for (const keyHash of inserted) outcomes.set(keyHash, { kind: 'reserved', rerun: false, attempt: 1 });
       const conflicts = pending.filter((keyHash) => !inserted.has(keyHash));
       pending = [];
       if (conflicts.length === 0) break;
       const current = await this.#readRows(claim.slot, conflicts, claim);
-      const stale: EffectRow[] = [];
+      const replacements: Replacement[] = [];
       for (const keyHash of conflicts) {
         const row = current.get(keyHash);
         // Gone since the insert met it (its holder unreserved it): try to reserve it again.
-        if (!row) pending.push(keyHash);
-        else if (isStale(row, claim) && options.rerunInDoubt) stale.push(row);
-        else outcomes.set(keyHash, outcomeOfRow(row, claim));
+        if (!row) {
+          pending.push(keyHash);
+          continue;
+        }
+        const decided = reserveOutcomeOfConflict(toRecord(row), claim, options);
+        if (decided.kind === 'take-over') replacements.push({ seen: decided.current, rerun: true });
+        else if (decided.kind === 'retry') replacements.push({ seen: decided.current, rerun: false });
+        else outcomes.set(keyHash, decided);
       }
-      if (stale.length > 0) await this.#takeOver(claim, stale, outcomes);
+      if (replacements.length > 0) pending.push(...(await this.#replace(claim, replacements, outcomes)));
+      pending.sort();
     }
     return keyHashes.map((keyHash) => outcomes.get(keyHash)!);
   }
 
   /** Marks our own reservations done, a thousand keys a statement. */
   async markDone(claim: Claim, keyHashes: readonly string[]): Promise<void> {
-    assertClaim(claim);
+    claim = checkedClaim(claim);
     for (const keyHash of keyHashes) assertKeyHash(keyHash);
     for (let start = 0; start < keyHashes.length; start += CHUNK) {
       await this.#query('markDone', claim, this.#sql.markEffectsDone, [
@@ -132,22 +176,36 @@ export class PostgresEffectLedger implements EffectLedger {
     }
   }
 
+  // Timeline: sql.recordEffectFailure.
+  async recordFailure(claim: Claim, keyHash: string, failure: EffectFailure): Promise<void> {
+    claim = checkedClaim(claim);
+    assertKeyHash(keyHash);
+    // Updating nothing is fine: our own write whose reply was lost, or a reservation a takeover made
+    // its own; either way nothing is left for this claim to record.
+    await this.#query('recordFailure', claim, this.#sql.recordEffectFailure, [
+      keyHash,
+      failure.attempts,
+      failure.retryAt !== undefined ? new Date(failure.retryAt) : null,
+      storableText(failure.reason, MAX_REASON_TEXT),
+    ]);
+  }
+
   async unreserve(claim: Claim, keyHash: string): Promise<void> {
-    assertClaim(claim);
+    claim = checkedClaim(claim);
     assertKeyHash(keyHash);
     // Deleting nothing is fine: the reservation was already released (our own retried delete).
     await this.#query('unreserve', claim, this.#sql.unreserveEffect, [keyHash]);
   }
 
   async read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
-    assertSlot(slot);
+    slot = canonicalSlot(slot);
     assertKeyHash(keyHash);
     const row = (await this.#readRows(slot, [keyHash])).get(keyHash);
     return row ? toRecord(row) : undefined;
   }
 
   async *list(slot: Slot): AsyncIterable<EffectRecord> {
-    assertSlot(slot);
+    slot = canonicalSlot(slot);
     let after = '';
     for (;;) {
       let rows: EffectRow[];
@@ -168,31 +226,56 @@ export class PostgresEffectLedger implements EffectLedger {
   }
 
   /**
-   * The opt-in re-run of in-doubt effects: replace exactly the stale reservations read, under the
-   * lease check. A key whose row changed in between is explained by reading it again.
+   * Replaces rows exactly as they were read, under the lease check (sql.replaceEffects). Returns the
+   * keys of retries whose row changed since the read, for another round. An in-doubt re-run that
+   * lost its row is answered from a fresh read, as the DynamoDB backend answers it: done, ours, or
+   * still in doubt.
    */
-  async #takeOver(claim: Claim, stale: readonly EffectRow[], outcomes: Map<string, ReserveOutcome>) {
-    const [row] = await this.#query<TakeOverRow>('reserve', claim, this.#sql.takeOverEffects, [
+  async #replace(
+    claim: Claim,
+    replacements: readonly Replacement[],
+    outcomes: Map<string, ReserveOutcome>,
+  ): Promise<string[]> {
+    const seen = replacements.map((r) => r.seen);
+    const [row] = await this.#query<ReplaceRow>('reserve', claim, this.#sql.replaceEffects, [
       this.#checkLeaseEnd,
-      stale.map((r) => r.key_hash),
-      stale.map((r) => r.epoch),
-      stale.map((r) => r.owner),
+      seen.map((r) => r.keyHash),
+      seen.map((r) => r.state),
+      seen.map((r) => r.epoch),
+      seen.map((r) => r.owner),
+      seen.map((r) => r.attempts),
     ]);
-    const keys = stale.map((r) => r.key_hash);
-    if (!row?.lease_held) return this.#fenceAll(claim, keys, outcomes);
-    const taken = new Set(row.taken);
-    for (const keyHash of taken) outcomes.set(keyHash, { kind: 'reserved', rerun: true });
-    const lost = keys.filter((keyHash) => !taken.has(keyHash));
-    if (lost.length === 0) return;
-    const current = await this.#readRows(claim.slot, lost, claim);
-    for (const r of stale) {
-      if (taken.has(r.key_hash)) continue;
-      const now = current.get(r.key_hash);
-      if (now?.state === EffectState.Done) outcomes.set(r.key_hash, { kind: 'done' });
-      else if (now && now.owner === claim.owner && now.epoch === claim.epoch) {
-        outcomes.set(r.key_hash, { kind: 'reserved', rerun: true });
-      } else outcomes.set(r.key_hash, { kind: 'in-doubt', epoch: now?.epoch ?? r.epoch });
+    if (!row?.lease_held) {
+      await this.#fenceAll(
+        claim,
+        seen.map((r) => r.keyHash),
+        outcomes,
+      );
+      return [];
     }
+    const replaced = new Set(row.replaced);
+    const retryAgain: string[] = [];
+    const lostReruns: EffectRecord[] = [];
+    for (const { seen: before, rerun } of replacements) {
+      const attempt = before.attempts + 1;
+      if (replaced.has(before.keyHash)) outcomes.set(before.keyHash, { kind: 'reserved', rerun, attempt });
+      else if (rerun) lostReruns.push(before);
+      else retryAgain.push(before.keyHash);
+    }
+    if (lostReruns.length === 0) return retryAgain;
+    const current = await this.#readRows(
+      claim.slot,
+      lostReruns.map((r) => r.keyHash),
+      claim,
+    );
+    for (const stale of lostReruns) {
+      const now = current.get(stale.keyHash);
+      if (now?.state === EffectState.Done) outcomes.set(stale.keyHash, { kind: 'done' });
+      else if (now && now.owner === claim.owner && now.epoch === claim.epoch) {
+        outcomes.set(stale.keyHash, { kind: 'reserved', rerun: true, attempt: now.attempts + 1 });
+      } else outcomes.set(stale.keyHash, { kind: 'in-doubt', epoch: now?.epoch ?? stale.epoch });
+    }
+    return retryAgain;
   }
 
   /** Our lease no longer holds: every key is fenced, by the epoch now on the slot. */
@@ -219,7 +302,7 @@ export class PostgresEffectLedger implements EffectLedger {
     return rows;
   }
 
-  /** A statement whose first five parameters are job, window, owner, epoch (and its own after). */
+  /** A statement of a canonical claim whose first four parameters are job, window, owner, epoch. */
   async #query<R extends Record<string, unknown>>(
     operation: string,
     claim: Claim,
@@ -240,26 +323,24 @@ export class PostgresEffectLedger implements EffectLedger {
   }
 }
 
-/** A reservation an earlier epoch made and never marked done. */
-function isStale(row: EffectRow, claim: Claim): boolean {
-  return row.state === EffectState.Reserved && row.epoch < claim.epoch;
+/** Decodes an effect row into the port's record. */
+export function toRecord(row: EffectRow): EffectRecord {
+  return {
+    keyHash: row.key_hash,
+    state: row.state,
+    epoch: row.epoch,
+    owner: row.owner,
+    attempts: row.attempts,
+    ...(row.retry_at ? { retryAt: row.retry_at.getTime() } : {}),
+    ...(row.reason !== null ? { reason: row.reason } : {}),
+  };
 }
 
-function outcomeOfRow(row: EffectRow, claim: Claim): ReserveOutcome {
-  if (row.state === EffectState.Done) return { kind: 'done' };
-  // Our own reservation: a key given twice, or a retry whose first try committed.
-  if (row.owner === claim.owner && row.epoch === claim.epoch) return { kind: 'reserved', rerun: false };
-  if (row.epoch > claim.epoch) return { kind: 'fenced', epoch: row.epoch };
-  return { kind: 'in-doubt', epoch: row.epoch };
-}
-
-function toRecord(row: EffectRow): EffectRecord {
-  return { keyHash: row.key_hash, state: row.state, epoch: row.epoch, owner: row.owner };
-}
-
-function assertClaim(claim: Claim): void {
-  assertSlot(claim.slot);
-  assertOwner(claim.owner);
+/** The claim as the statements take it: its slot canonical, its owner token storable. */
+function checkedClaim(claim: Claim): Claim {
+  const checked = canonicalClaim(claim);
+  assertOwner(checked.owner);
+  return checked;
 }
 
 const describeSlot = (slot: Slot) => `slot ${slot.jobId} ${slot.window}`;

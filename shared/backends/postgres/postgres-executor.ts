@@ -42,7 +42,9 @@ export interface PostgresTimeouts {
    * transaction whose COMMIT had not been sent then rolls back when the server finds the connection
    * gone, so it cannot commit after the server thaws. Keep it within the run's lease safety margin
    * (a sixth of the lease: 10 s of the default 60 s), so a call that hangs ends before the lease
-   * does; a claim refuses a lease shorter than three times it, as for the limits above.
+   * does; a claim refuses a lease shorter than three times it, as for the limits above. It counts
+   * this process's running time: a replica stopped or stalled mid-call (SIGSTOP, a paused VM, a long
+   * GC) reads a reply that arrived meanwhile instead of giving up on it when it runs again.
    * @default the longest of statementMs, lockMs and idleInTransactionMs (5_000)
    */
   readonly deadlineMs?: number;
@@ -334,6 +336,15 @@ export class PostgresExecutor {
  * The client-side deadline of one call. Every wait of the call (a connection, a reply, a backoff)
  * is raced against it; when it passes, the wait fails with a DeadlineExceededError and `onPass`
  * destroys the connection in use.
+ *
+ * It counts the time the server has had to answer while this process was running, in ticks of a
+ * tenth of the deadline (10 to 250 ms): a gap between two ticks longer than two ticks (the process
+ * was stopped by SIGSTOP or a paused VM, or stalled by a long GC or a starved CPU) counts as two.
+ * Timers that fell due while the process was stopped all fire as soon as it runs again, so a plain
+ * timer would give up on a call whose reply had arrived meanwhile and was waiting in the socket: a
+ * replica frozen past its deadline would leave the effects it had sent in doubt although their marks
+ * were about to commit. A server that is itself frozen is still given up on after `ms` of this
+ * process's running time.
  */
 class CallDeadline {
   /** What the call waits for now: what the error will say it was waiting for. */
@@ -344,7 +355,7 @@ class CallDeadline {
   onPass: (() => void) | undefined;
   #error: DeadlineExceededError | undefined;
   readonly #passed: Promise<never>;
-  readonly #timer: NodeJS.Timeout;
+  #timer: NodeJS.Timeout;
 
   constructor(ms: number) {
     let reject: (error: Error) => void = () => {};
@@ -353,11 +364,22 @@ class CallDeadline {
     });
     // Observed by every race; between two of them nobody is listening.
     this.#passed.catch(() => {});
-    this.#timer = setTimeout(() => {
+    const tickMs = Math.min(250, Math.max(10, Math.floor(ms / 10)));
+    let left = ms;
+    let last = performance.now();
+    const tick = () => {
+      const now = performance.now();
+      left -= Math.min(now - last, 2 * tickMs);
+      last = now;
+      if (left > 0) {
+        this.#timer = setTimeout(tick, Math.min(tickMs, left));
+        return;
+      }
       this.#error = new DeadlineExceededError(ms, this.awaiting, this.commitSent);
       this.onPass?.();
       reject(this.#error);
-    }, ms);
+    };
+    this.#timer = setTimeout(tick, Math.min(tickMs, ms));
   }
 
   /** The error, once the deadline has passed. */

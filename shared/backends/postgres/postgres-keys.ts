@@ -1,12 +1,13 @@
 import { createHash } from 'node:crypto';
-import { ConfigurationError, InvalidEventError } from '../../errors.js';
-import { assertJobId, describe, type Slot, windowOf } from '../../slot/slot.js';
+import { ConfigurationError } from '../../errors.js';
+import { canonicalSlot, describe, type Slot } from '../../slot/slot.js';
 
 /**
  * The keys the Postgres backend stores and locks by, checked at the adapter's edge so that nothing
  * Postgres cannot store exactly (a NUL, a lone surrogate, a btree-busting length) reaches a
  * statement. Values always travel as bind parameters; these checks are about storing them exactly,
- * not about escaping.
+ * not about escaping. Slots follow the rule every backend shares: canonicalSlot (shared/slot/slot.ts)
+ * at each method's edge, so one instant spelled `…Z`, `….000Z` or `+01:00` is one row.
  */
 
 /** The longest effect key hash stored (hmacEffectKeys makes 32 hex digits). */
@@ -17,8 +18,8 @@ export const MAX_OWNER_LENGTH = 256;
 
 /**
  * The slot's transaction-scoped advisory-lock key: the first 8 bytes of SHA-256 of
- * `${jobId}\n${window}` (UTF-8), read as a big-endian signed 64-bit integer, which is the type of
- * pg_advisory_xact_lock's single-argument key.
+ * `${jobId}\n${window}` (UTF-8) of the canonical slot (canonicalSlot), read as a big-endian signed
+ * 64-bit integer, which is the type of pg_advisory_xact_lock's single-argument key.
  *
  * It is stable across processes, versions and platforms (pinned by a golden-value test), because
  * replicas running different builds must agree on it. Two slots whose keys collide (odds 2^-64 per
@@ -27,24 +28,8 @@ export const MAX_OWNER_LENGTH = 256;
  * @example advisoryLockKey({ jobId: 'weekly-report', window: '2026-11-30T06:00:00Z' })
  */
 export function advisoryLockKey(slot: Slot): bigint {
-  return createHash('sha256').update(`${slot.jobId}\n${slot.window}`, 'utf8').digest().readBigInt64BE(0);
-}
-
-/**
- * Checks a slot before it reaches SQL: the job id against JOB_ID_PATTERN and the window against the
- * canonical form windowOf produces. Both are permanent errors (InvalidEventError), as they are
- * when the runtime parses an event.
- */
-export function assertSlot(slot: Slot): void {
-  assertJobId(slot.jobId);
-  const millis = typeof slot.window === 'string' ? Date.parse(slot.window) : Number.NaN;
-  if (Number.isNaN(millis) || windowOf(millis) !== slot.window) {
-    throw new InvalidEventError(
-      'scheduledTime',
-      `window ${describe(slot.window)} is not a canonical window such as "2026-11-30T06:00:00Z"; ` +
-        'build it with windowOf() or parseScheduledTime()',
-    );
-  }
+  const { jobId, window } = canonicalSlot(slot);
+  return createHash('sha256').update(`${jobId}\n${window}`, 'utf8').digest().readBigInt64BE(0);
 }
 
 /**

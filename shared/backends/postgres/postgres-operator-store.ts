@@ -5,14 +5,17 @@ import type {
   OperatorRequest,
   OperatorStore,
   OperatorWriteOutcome,
+  RedriveOutcome,
+  RedriveRequest,
   RefusalReason,
   ReleaseRequest,
   ResolveEffectOutcome,
 } from '../../slot/operator-ports.js';
 import { type EffectRecord, EffectState, SlotState } from '../../slot/ports.js';
-import type { Slot } from '../../slot/slot.js';
+import { canonicalSlot, type Slot } from '../../slot/slot.js';
 import { DEFAULT_SCHEMA } from './postgres-backend.js';
 import { assertLeaseClock, type LeaseClock, type SlotRow, toRecord } from './postgres-claim-store.js';
+import { type EffectRow, toRecord as toEffectRecord } from './postgres-effect-ledger.js';
 import { translateError } from './postgres-errors.js';
 import {
   PostgresExecutor,
@@ -20,7 +23,7 @@ import {
   resolveTimeouts,
   type TransactionQuery,
 } from './postgres-executor.js';
-import { assertKeyHash, assertSlot } from './postgres-keys.js';
+import { assertKeyHash } from './postgres-keys.js';
 import { assertSchemaName, type SlotguardSql, sqlFor } from './sql.js';
 
 /** Where the operator store writes, and how. */
@@ -28,7 +31,7 @@ export interface PostgresOperatorStoreOptions {
   /** The pool statements run on: createPostgresPool's, or your own. */
   readonly pool: Pool;
   /**
-   * The schema holding slotguard's tables, migrated to SCHEMA_VERSION 2 or later.
+   * The schema holding slotguard's tables, migrated to SCHEMA_VERSION 3 or later.
    * @default 'slotguard'
    */
   readonly schema?: string;
@@ -53,14 +56,8 @@ export interface PostgresOperatorStoreOptions {
   readonly attempts?: number;
 }
 
-/** An effect row as the operator reads it. */
-type EffectRow = {
-  readonly key_hash: string;
-  readonly state: EffectState;
-  readonly epoch: number;
-  readonly owner: string;
-  readonly operator_action: string | null;
-};
+/** An effect row as the operator reads it: the ledger's columns and the operator's note. */
+type OperatorEffectRow = EffectRow & { readonly operator_action: string | null };
 
 /** A slot row read to explain a write that matched nothing. */
 type ExplainRow = SlotRow & { readonly lease_live: boolean | null };
@@ -76,6 +73,14 @@ type Refusal = Extract<OperatorWriteOutcome, { kind: 'absent' | 'refused' }>;
  * between never runs an effect twice, this one runs them in one transaction: resolving an effect
  * locks the slot row first, so no claim or reservation of that slot can interleave, and a failure
  * anywhere leaves nothing written.
+ *
+ * Windows that finish across runs: a STUCK slot is released like a FAILED one, a PARTIAL slot
+ * reopens like a DONE one (also when an effect of it is cleared), and a re-drive clears a window's
+ * FAILED effects and gives it back in the same transaction. Every write that gives a slot back
+ * resets its failures and runs without progress, drops its retry wait and takes the request's
+ * deadline; a reopen and a re-drive also drop its checkpoint, so the next run walks the job again.
+ * A FAILED effect is not in doubt (it was refused before it was performed): resolveEffect answers
+ * it effect-not-in-doubt, and a re-drive is what clears it.
  * @example
  * const operator = new PostgresOperatorStore({ pool: createPostgresPool({ connectionString }), schema: 'slotguard' });
  * await operator.forceRelease(slot, { expectedEpoch: record.epoch, now: Date.now(), evenIfLeaseLive: false });
@@ -103,19 +108,77 @@ export class PostgresOperatorStore implements OperatorStore {
 
   // Timeline: sql.forceReleaseSlot.
   async forceRelease(slot: Slot, request: ReleaseRequest): Promise<OperatorWriteOutcome> {
+    slot = canonicalSlot(slot);
     const action = request.evenIfLeaseLive ? 'force-released' : 'released';
     return this.#slotWrite('forceRelease', slot, request, this.#sql.forceReleaseSlot, true, [
       this.#actionText(action, request),
       request.evenIfLeaseLive,
+      deadlineOf(request),
     ]);
   }
 
   // Timeline: sql.reopenSlot.
   async reopen(slot: Slot, request: OperatorRequest): Promise<OperatorWriteOutcome> {
-    // A live lease is not why a reopen is refused: only a DONE slot reopens, and DONE has none.
+    slot = canonicalSlot(slot);
+    // A live lease is not why a reopen is refused: only a DONE or PARTIAL slot reopens, and neither has one.
     return this.#slotWrite('reopen', slot, request, this.#sql.reopenSlot, false, [
       this.#actionText('reopened', request),
+      deadlineOf(request),
     ]);
+  }
+
+  /*
+   * Timeline of a re-drive (PARTIAL at epoch 2, effects bb and cc FAILED), one transaction:
+   *   t0  operator reads the slot: PARTIAL, epoch 2
+   *   t1  sql.lockSlotForOperator: the slot row, locked, only if still epoch 2 with no live lease;
+   *       a claim, a reservation or a retry of this window now waits for the operator's commit
+   *   t2  named effects: locked and read (sql.lockEffects); one that is not FAILED → answered,
+   *       nothing written. Then sql.deleteFailedEffects: bb and cc, as they are under the lock
+   *   t3  sql.redriveSlot → RELEASED, the new deadline, runs without progress 0, no checkpoint
+   *   t4  a delivery claims it: epoch 3, walks the job, skips what is done, performs bb and cc once
+   * Unlike the DynamoDB store's separate writes, no run can re-reserve an effect between its read and
+   * its deletion, and a failure anywhere leaves nothing written. If COMMIT's reply is lost, the
+   * executor runs the transaction again: the slot is RELEASED at the same epoch and re-driven again,
+   * with nothing left to clear (a named effect then reads as gone: effects-not-failed).
+   */
+  async redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome> {
+    slot = canonicalSlot(slot);
+    const named = request.keyHashes ? [...new Set(request.keyHashes)] : undefined;
+    for (const keyHash of named ?? []) assertKeyHash(keyHash);
+    const base = this.#params(slot, request);
+    const sql = this.#sql;
+    return this.#transaction('redrive', slot, async (query): Promise<RedriveOutcome> => {
+      const [guarded] = await query<SlotRow>(sql.lockSlotForOperator, base);
+      if (!guarded) {
+        const refusal = await this.#refusal(query, slot, request, true);
+        return refusal.kind === 'absent' ? refusal : { ...refusal, cleared: [] };
+      }
+      if (named) {
+        const rows = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, named]);
+        const found = new Map(rows.map((row) => [row.key_hash, toEffectRecord(row)]));
+        const notFailed = named
+          .map((keyHash) => ({ keyHash, current: found.get(keyHash) }))
+          .filter(({ current }) => current?.state !== EffectState.Failed);
+        if (notFailed.length > 0) return { kind: 'effects-not-failed', effects: notFailed };
+      }
+      const cleared = await query<EffectRow>(sql.deleteFailedEffects, [
+        slot.jobId,
+        slot.window,
+        named ?? null,
+      ]);
+      const [released] = await query<SlotRow>(sql.redriveSlot, [
+        ...base,
+        this.#actionText(`redriven (${cleared.length} failed effects cleared)`, request),
+        deadlineOf(request),
+      ]);
+      if (!released) {
+        throw new StoreError(
+          'redrive',
+          `slot ${slot.jobId} ${slot.window} changed while locked; this should not happen, please report it with the slot row`,
+        );
+      }
+      return { kind: 'redriven', record: toRecord(slot, released), cleared: cleared.map(toEffectRecord) };
+    });
   }
 
   /*
@@ -125,7 +188,8 @@ export class PostgresOperatorStore implements OperatorStore {
    *   t1  sql.lockSlotForOperator: the slot row, locked, only if still epoch 2 with no live lease
    *   t2  the effect, locked and read: absent or DONE → answered, nothing written; else
    *       sql.markEffectDoneByOperator or sql.clearEffect on that exact reservation
-   *   t3  clear on a DONE slot: sql.reopenSlot (fenced on epoch 2); otherwise sql.noteOperatorAction
+   *   t3  clear on a DONE or PARTIAL slot: sql.reopenSlot (fenced on epoch 2, with the request's
+   *       deadline); otherwise sql.noteOperatorAction
    * A delivery that fires meanwhile waits on the slot row's lock and then claims epoch 3, seeing the
    * effect DONE or gone: never performed twice, and (unlike the DynamoDB store's separate writes)
    * the reopen cannot be lost to a run that completed between t2 and t3.
@@ -139,6 +203,7 @@ export class PostgresOperatorStore implements OperatorStore {
     resolution: EffectResolution,
     request: OperatorRequest,
   ): Promise<ResolveEffectOutcome> {
+    slot = canonicalSlot(slot);
     assertKeyHash(keyHash);
     const base = this.#params(slot, request);
     const sql = this.#sql;
@@ -148,14 +213,12 @@ export class PostgresOperatorStore implements OperatorStore {
       if (!guarded) return this.#refusal(query, slot, request, true);
 
       const key = [slot.jobId, slot.window, keyHash];
-      const [row] = await query<EffectRow>(sql.lockEffect, key);
+      const [row] = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, [keyHash]]);
       if (!row) return { kind: 'effect-absent' };
-      const before: EffectRecord = {
-        keyHash: row.key_hash,
-        state: EffectState.Reserved,
-        epoch: row.epoch,
-        owner: row.owner,
-      };
+      // What the operator resolved: a reservation (also when this is our own mark, committed by a
+      // try whose reply was lost, and the row already reads DONE).
+      const before: EffectRecord = { ...toEffectRecord(row), state: EffectState.Reserved };
+      // Only a reservation is in doubt: DONE happened, FAILED was refused before it was performed.
       if (row.state !== EffectState.Reserved) {
         // Our own mark, committed by a try whose reply was lost: the goal state counts.
         const ours = resolution === 'done' && row.operator_action === effectAction;
@@ -183,8 +246,8 @@ export class PostgresOperatorStore implements OperatorStore {
         request,
       );
       let slotReopened = false;
-      if (resolution === 'clear' && guarded.state === SlotState.Done) {
-        slotReopened = (await query(sql.reopenSlot, [...base, slotAction])).length > 0;
+      if (resolution === 'clear' && FINISHED.includes(guarded.state)) {
+        slotReopened = (await query(sql.reopenSlot, [...base, slotAction, deadlineOf(request)])).length > 0;
       } else {
         await query(sql.noteOperatorAction, [slot.jobId, slot.window, request.expectedEpoch, slotAction]);
       }
@@ -257,13 +320,18 @@ export class PostgresOperatorStore implements OperatorStore {
     }
   }
 
-  /** The parameters every operator statement starts with: job, window, expected epoch, now. */
+  /** The parameters every operator statement starts with: job, window (canonical), expected epoch, now. */
   #params(slot: Slot, request: OperatorRequest): unknown[] {
-    assertSlot(slot);
     if (!Number.isSafeInteger(request.expectedEpoch) || request.expectedEpoch < 0) {
       throw new ConfigurationError(
         'expectedEpoch',
         `expectedEpoch is ${request.expectedEpoch}; pass the whole-number epoch of the slot as just read`,
+      );
+    }
+    if (request.deadline !== undefined && !Number.isFinite(request.deadline)) {
+      throw new ConfigurationError(
+        'deadline',
+        `deadline is ${request.deadline}; pass the window's new deadline in epoch milliseconds, or leave it out to keep the window's`,
       );
     }
     return [slot.jobId, slot.window, request.expectedEpoch, this.#now(request)];
@@ -279,9 +347,12 @@ export class PostgresOperatorStore implements OperatorStore {
   }
 }
 
-function toEffectRecord(row: EffectRow): EffectRecord {
-  return { keyHash: row.key_hash, state: row.state, epoch: row.epoch, owner: row.owner };
-}
+/** The `$deadline` parameter of a write that gives the slot back: NULL keeps the window's. */
+const deadlineOf = (request: OperatorRequest) =>
+  request.deadline !== undefined ? new Date(request.deadline) : null;
+
+/** The finished states a reopen turns back into RELEASED (sql.reopenSlot). */
+const FINISHED: readonly (SlotState | null)[] = [SlotState.Done, SlotState.Partial];
 
 /** The operator's clock reading as text, for the note left on the row (never compared). */
 const iso = (now: number) => (Number.isFinite(now) ? new Date(now).toISOString() : String(now));

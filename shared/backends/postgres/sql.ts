@@ -1,5 +1,6 @@
 import { escapeIdentifier } from 'pg';
 import { ConfigurationError } from '../../errors.js';
+import { EffectState, SlotState } from '../../slot/ports.js';
 import { assertSchemaName } from './postgres-settings.js';
 
 /**
@@ -13,7 +14,10 @@ import { assertSchemaName } from './postgres-settings.js';
  * - Statements are unnamed (no `name` in the query config), so nothing is prepared per session:
  *   RDS Proxy and PgBouncer in transaction mode can hand each transaction to another connection.
  * - Time: `$now` is `NULL` on the database clock (the statement reads `clock_timestamp()`) or the
- *   caller's clock reading on the caller clock (see `LeaseClock`). One text serves both.
+ *   caller's clock reading on the caller clock (see `LeaseClock`). One text serves both. Leases are
+ *   judged by that lease clock; the instants the caller itself computed (a window's deadline, a
+ *   refused effect's `retry_at`, a yielded window's `resume_after`) are compared with the caller's
+ *   clock, in the adapter or as a bind parameter, on either lease clock.
  */
 
 export { assertSchemaName, SCHEMA_NAME_PATTERN } from './postgres-settings.js';
@@ -22,8 +26,11 @@ export { assertSchemaName, SCHEMA_NAME_PATTERN } from './postgres-settings.js';
  * The version the migration below brings a schema to.
  * 1: slots, effects, schema_version.
  * 2: `slots.backfilled`, and `operator_action` on slots and effects (the operator store's note).
+ * 3: windows that finish across runs: slot states PARTIAL and STUCK, and `deadline`, `checkpoint`,
+ *    `progress`, `runs_without_progress`, `resume_after` on slots; effect state FAILED, and
+ *    `attempts`, `retry_at`, `reason` on effects.
  */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /**
  * The advisory-lock key that serialises concurrent migrations (of any schema): a fixed constant,
@@ -36,7 +43,49 @@ const now = (param: string) => `COALESCE(${param}::timestamptz, clock_timestamp(
 
 /** The slot columns `read` and every conflict explanation decode (see SlotRow in the claim store). */
 const SLOT_COLUMNS = `state, owner, epoch, lease_until, attempts, failures, max_attempts, claimed_at,
-  execution_id, attempt_number, invocation_id, backfilled, summary, last_error, completed_at, expires_at`;
+  execution_id, attempt_number, invocation_id, backfilled, summary, last_error, completed_at, expires_at,
+  deadline, checkpoint, progress, runs_without_progress, resume_after`;
+
+/** The effect columns every read decodes (see EffectRow in the ledger). */
+const EFFECT_COLUMNS = 'key_hash, state, epoch, owner, attempts, retry_at, reason';
+
+/**
+ * The SET list of an operator's write that gives a slot back (OperatorStore): RELEASED, the lease
+ * ended now, failures and runs without progress 0, no retry wait, the operator's note, and the new
+ * deadline when one is given (else the window's stays).
+ */
+const givenBack = (nowParam: string, actionParam: string, deadlineParam: string) =>
+  `state = 'RELEASED', lease_until = ${now(nowParam)}, failures = 0, runs_without_progress = 0,
+        resume_after = NULL, operator_action = ${actionParam},
+        deadline = COALESCE(${deadlineParam}::timestamptz, deadline)`;
+
+/** What a window given back to be walked again (reopen, re-drive) no longer needs. */
+const REWALK = 'checkpoint = NULL, progress = NULL, completed_at = NULL';
+
+/** `state IN ('A', 'B', …)`: the CHECK on a state column, listing every state of this version. */
+const stateCheck = (states: readonly string[]) => `state IN (${states.map((v) => `'${v}'`).join(', ')})`;
+
+/**
+ * Brings the CHECK constraint Postgres generated for an inline `CHECK (state IN …)` (named
+ * `<table>_state_check`) up to `states`, only when it does not already name every one of them: a
+ * schema already at this version is left alone (no lock, no scan). Widening it is a DROP and an ADD
+ * under the same name, so an upgraded table and a new one end up with identical constraints. The
+ * ADD checks every existing row once, under the ALTER's ACCESS EXCLUSIVE lock; every row passes,
+ * since the list only grows. The values spliced in are this file's own state constants.
+ */
+function widenStateCheck(table: string, constraint: string, states: readonly string[]): string {
+  const named = states.map((v) => `'%''${v}''%'`).join(', ');
+  return `DO $widen$ BEGIN
+        IF NOT EXISTS (
+          SELECT 1 FROM pg_constraint
+          WHERE conrelid = '${table}'::regclass AND conname = '${constraint}'
+            AND pg_get_constraintdef(oid) LIKE ALL (ARRAY[${named}])
+        ) THEN
+          ALTER TABLE ${table} DROP CONSTRAINT IF EXISTS ${constraint};
+          ALTER TABLE ${table} ADD CONSTRAINT ${constraint} CHECK (${stateCheck(states)});
+        END IF;
+      END $widen$`;
+}
 
 /** The SQL of one schema. Built once per backend; every statement is schema-qualified. */
 export function sqlFor(schema: string) {
@@ -44,6 +93,8 @@ export function sqlFor(schema: string) {
   const s = escapeIdentifier(schema);
   const slots = `${s}.slots`;
   const effects = `${s}.effects`;
+  const slotStates = Object.values(SlotState);
+  const effectStates = Object.values(EffectState);
 
   /*
    * The lease check every effect write starts with, as a CTE: the slot row, locked FOR SHARE, only
@@ -65,7 +116,8 @@ export function sqlFor(schema: string) {
      * The claim's first statement: try the slot's transaction-scoped advisory lock and read the row
      * as committed. The lock only orders claimers of one slot (a loser waits for the winner's
      * commit instead of racing it to the row); the row decides. $1 lock key, $2 job, $3 window,
-     * $4 now.
+     * $4 takeover-before: a lease that ended before it may be taken over (the caller's clock less
+     * the skew allowance, or NULL for the database clock).
      */
     probeSlot: `
       SELECT pg_try_advisory_xact_lock($1::bigint) AS locked, s.*
@@ -78,7 +130,10 @@ export function sqlFor(schema: string) {
     /** Waits (up to lock_timeout) for the claimer that holds the slot's advisory lock to commit. */
     waitForClaimLock: 'SELECT pg_advisory_xact_lock($1::bigint)',
 
-    /** The row as committed now, with whether its lease has ended. $1 job, $2 window, $3 now. */
+    /**
+     * The row as committed now, with whether its lease has ended. $1 job, $2 window,
+     * $3 takeover-before (as in probeSlot).
+     */
     readSlotForClaim: `
       SELECT ${SLOT_COLUMNS}, lease_until < ${now('$3')} AS lease_expired
       FROM ${slots} WHERE job_id = $1 AND slot_window = $2`,
@@ -89,25 +144,32 @@ export function sqlFor(schema: string) {
      *   t1        B: conflict; RUNNING and lease_until > t1: WHERE false, no row     → held
      *   t0+L+ε    B: conflict; RUNNING and lease_until < now: UPDATE epoch 2, owner B → claimed (takeover)
      *   later     A's renew/complete/reserve, conditioned on (A, epoch 1), match no row → lost / fenced
+     *   B yields with resume_after r: RELEASED; a claim before r (caller's clock): no row → waiting
      * The epoch is `epoch + 1` inside the same statement, so it grows by exactly one per grant. The
      * row's previous owner and state are kept on it, to name the previous holder and tell a
-     * takeover (RUNNING) from a retry (RELEASED). A conflict that does not pass WHERE still leaves
-     * the row locked by this transaction, so the read that explains it sees it unchanged.
-     * `now` is read once (the first CTE) and is both the lease start and the expiry test: a
-     * statement that waited for a lock judges expiry by an instant no later than the one it acts at,
-     * which can only make it see a lease as live for longer.
+     * takeover (RUNNING) from a retry (RELEASED). What the claim hands its run (the window's
+     * deadline, checkpoint and runs without progress) is returned as the row it replaced had it:
+     * the update keeps those three (the deadline only fills in where an older row has none), so
+     * RETURNING them returns the old values. It drops the last holder's `progress` and any
+     * `resume_after`. A conflict that does not pass WHERE still leaves the row locked by this
+     * transaction, so the read that explains it sees it unchanged.
+     * `now` is read once (the first CTE) and is both the lease start and, on the database clock,
+     * the expiry test: a statement that waited for a lock judges expiry by an instant no later than
+     * the one it acts at, which can only make it see a lease as live for longer.
      * $1 job, $2 window, $3 owner, $4 now, $5 lease ms, $6 max attempts, $7 caller's clock,
      * $8 execution id, $9 attempt number, $10 invocation id, $11 expires at (epoch seconds),
-     * $12 backfilled (recorded per grant: a retry by the schedule itself is not a backfill).
+     * $12 backfilled (recorded per grant: a retry by the schedule itself is not a backfill),
+     * $13 the deadline this claim asks for, $14 takeover-before (as in probeSlot).
      */
     claimSlot: `
       WITH t AS (SELECT ${now('$4')} AS now)
       INSERT INTO ${slots} AS s (
         job_id, slot_window, state, owner, epoch, lease_until, attempts, failures, max_attempts,
-        claimed_at, claimer_clock, execution_id, attempt_number, invocation_id, backfilled, expires_at)
+        claimed_at, claimer_clock, execution_id, attempt_number, invocation_id, backfilled, expires_at,
+        deadline)
       SELECT $1::text, $2::text, 'RUNNING', $3::text, 1, t.now + $5::double precision * interval '1 millisecond',
         1, 0, $6::integer, t.now, $7::timestamptz, $8::text, $9::integer, $10::text, $12::boolean,
-        to_timestamp($11::double precision)
+        to_timestamp($11::double precision), $13::timestamptz
       FROM t
       ON CONFLICT (job_id, slot_window) DO UPDATE SET
         state = 'RUNNING', owner = EXCLUDED.owner, epoch = s.epoch + 1, lease_until = EXCLUDED.lease_until,
@@ -115,9 +177,12 @@ export function sqlFor(schema: string) {
         claimer_clock = EXCLUDED.claimer_clock, previous_owner = s.owner, previous_state = s.state,
         execution_id = EXCLUDED.execution_id, attempt_number = EXCLUDED.attempt_number,
         invocation_id = EXCLUDED.invocation_id, backfilled = EXCLUDED.backfilled,
-        expires_at = EXCLUDED.expires_at
-      WHERE (s.state = 'RUNNING' AND s.lease_until < EXCLUDED.claimed_at) OR s.state = 'RELEASED'
-      RETURNING s.epoch, s.lease_until, s.previous_owner, s.previous_state`,
+        expires_at = EXCLUDED.expires_at, deadline = COALESCE(s.deadline, EXCLUDED.deadline),
+        progress = NULL, resume_after = NULL
+      WHERE (s.state = 'RUNNING' AND s.lease_until < COALESCE($14::timestamptz, EXCLUDED.claimed_at))
+        OR (s.state = 'RELEASED' AND (s.resume_after IS NULL OR s.resume_after <= EXCLUDED.claimer_clock))
+      RETURNING s.epoch, s.lease_until, s.previous_owner, s.previous_state, s.deadline, s.checkpoint,
+        s.runs_without_progress`,
 
     /*
      * Timeline of a renewal: only the holder of this exact grant extends its lease.
@@ -131,24 +196,43 @@ export function sqlFor(schema: string) {
       RETURNING lease_until`,
 
     /*
-     * Timeline of a completion:
-     *   A (epoch 1, RUNNING) completes: DONE, summary, lease cleared      → ok
-     *   A's retry after a lost reply: no row (DONE); the read shows it ours → ok
+     * Timeline of a checkpoint: the holder records where its walk stands and its counts so far.
+     *   A (epoch 1, RUNNING) checkpoints                                  → ok
      *   A after a takeover by B: no row; the read shows B, epoch 2         → fenced
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 summary (JSON).
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 checkpoint (JSON), $6 progress (JSON).
      */
-    completeSlot: `
-      UPDATE ${slots} SET state = 'DONE', summary = $6::jsonb, completed_at = ${now('$5')}, lease_until = NULL
+    checkpointSlot: `
+      UPDATE ${slots} SET checkpoint = $5::jsonb, progress = $6::jsonb
       WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
       RETURNING epoch`,
 
     /*
-     * Timeline of a yield: the holder gives the slot back clean; the next claimer gets epoch + 1 at
-     * once (via 'retry') instead of waiting for the lease to run out.
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 now.
+     * Timeline of a completion:
+     *   A (epoch 1, RUNNING) completes: DONE (or PARTIAL), summary, lease cleared → ok
+     *   A's retry after a lost reply: no row (DONE); the read shows it ours        → ok
+     *   A after a takeover by B: no row; the read shows B, epoch 2                 → fenced
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 summary (JSON), $7 'DONE' or 'PARTIAL'.
      */
-    yieldSlot: `
-      UPDATE ${slots} SET state = 'RELEASED', lease_until = ${now('$5')}
+    completeSlot: `
+      UPDATE ${slots} SET state = $7::text, summary = $6::jsonb, completed_at = ${now('$5')}, lease_until = NULL
+      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      RETURNING epoch`,
+
+    /*
+     * Timeline of a yield or of giving up:
+     *   A yields: RELEASED, lease ended now; the next claimer gets epoch + 1 at once (via 'retry')
+     *     instead of waiting for the lease to run out, or, with resume_after, once that has passed
+     *   A gives up: STUCK, the reason in last_error; later claims stand down (stuck)
+     * Either way the checkpoint (kept when none is given) and the runs without progress are left
+     * for the next run or the operator.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 'RELEASED' or 'STUCK',
+     * $7 runs without progress, $8 checkpoint (JSON) or NULL, $9 resume after or NULL,
+     * $10 the reason given up (STUCK) or NULL.
+     */
+    releaseSlot: `
+      UPDATE ${slots} SET state = $6::text, lease_until = ${now('$5')}, runs_without_progress = $7::integer,
+        checkpoint = COALESCE($8::jsonb, checkpoint), resume_after = $9::timestamptz,
+        last_error = COALESCE($10::text, last_error)
       WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
       RETURNING state`,
 
@@ -192,27 +276,35 @@ export function sqlFor(schema: string) {
       SELECT EXISTS (SELECT 1 FROM lease) AS lease_held, ARRAY(SELECT key_hash FROM inserted) AS inserted`,
 
     /*
-     * Timeline of the opt-in re-run of in-doubt effects: under the same lease check, replace exactly
-     * the stale reservations that were read (same epoch and owner), or lose the race to whoever
-     * changed them since.
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes,
-     * $7 their stale epochs, $8 their stale owners.
+     * Timeline of replacing effect rows that were read, under the same lease check:
+     *   a due retry: FAILED (epoch 1, owner a, attempts 2), retry_at passed by the caller's clock
+     *     → RESERVED, epoch e, owner o, attempts still 2                   → reserved, attempt 3
+     *   the opt-in re-run of an in-doubt effect: RESERVED (epoch 1, owner a)
+     *     → RESERVED, epoch e, owner o                                      → reserved, rerun
+     *   a row that changed since it was read (another retry won, it was marked done): no match
+     * Each row is replaced only as it was read (state, epoch, owner, attempts), so of several
+     * concurrent retries of one refusal exactly one wins; the caller reads the rest again.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes, and as read:
+     * $7 their states, $8 epochs, $9 owners, $10 attempts.
      */
-    takeOverEffects: `
+    replaceEffects: `
       WITH ${leaseHeld},
-      taken AS (
-        UPDATE ${effects} AS e SET epoch = $4, owner = $3, reserved_at = now()
-        FROM unnest($6::text[], $7::integer[], $8::text[]) AS stale(key_hash, epoch, owner)
+      replaced AS (
+        UPDATE ${effects} AS e SET state = 'RESERVED', epoch = $4, owner = $3, reserved_at = now(),
+          retry_at = NULL, reason = NULL
+        FROM unnest($6::text[], $7::text[], $8::integer[], $9::text[], $10::integer[])
+          AS seen(key_hash, state, epoch, owner, attempts)
         WHERE EXISTS (SELECT 1 FROM lease)
-          AND e.job_id = $1 AND e.slot_window = $2 AND e.key_hash = stale.key_hash
-          AND e.state = 'RESERVED' AND e.epoch = stale.epoch AND e.owner = stale.owner
+          AND e.job_id = $1 AND e.slot_window = $2 AND e.key_hash = seen.key_hash
+          AND e.state = seen.state AND e.epoch = seen.epoch AND e.owner = seen.owner
+          AND e.attempts = seen.attempts
         RETURNING e.key_hash
       )
-      SELECT EXISTS (SELECT 1 FROM lease) AS lease_held, ARRAY(SELECT key_hash FROM taken) AS taken`,
+      SELECT EXISTS (SELECT 1 FROM lease) AS lease_held, ARRAY(SELECT key_hash FROM replaced) AS replaced`,
 
     /** The effect rows of some keys. $1 job, $2 window, $3 key hashes. */
     readEffects: `
-      SELECT key_hash, state, epoch, owner FROM ${effects}
+      SELECT ${EFFECT_COLUMNS} FROM ${effects}
       WHERE job_id = $1 AND slot_window = $2 AND key_hash = ANY($3::text[])`,
 
     /*
@@ -225,6 +317,17 @@ export function sqlFor(schema: string) {
       WHERE job_id = $1 AND slot_window = $2 AND key_hash = ANY($5::text[])
         AND owner = $3 AND epoch = $4 AND state = 'RESERVED'`,
 
+    /*
+     * Timeline of a refusal: the effect was refused before it was performed.
+     *   our reservation (RESERVED, epoch e, owner o) → FAILED, attempts n, retry_at (or none: for good)
+     *   a reservation no longer ours (taken over), or our own write whose reply was lost: no row
+     * Conditioned on the reservation, not the lease: a refusal is the truth whoever records it, as DONE is.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 key, $6 attempts, $7 retry at or NULL, $8 reason.
+     */
+    recordEffectFailure: `
+      UPDATE ${effects} SET state = 'FAILED', attempts = $6::integer, retry_at = $7::timestamptz, reason = $8::text
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $5 AND owner = $3 AND epoch = $4 AND state = 'RESERVED'`,
+
     /** Deletes our own reservation of an effect that certainly did not happen. $1 job, $2 window, $3 owner, $4 epoch, $5 key. */
     unreserveEffect: `
       DELETE FROM ${effects}
@@ -232,44 +335,79 @@ export function sqlFor(schema: string) {
 
     /** One page of a window's effects, in key order after `$3`. $1 job, $2 window, $3 after, $4 limit. */
     listEffects: `
-      SELECT key_hash, state, epoch, owner FROM ${effects}
+      SELECT ${EFFECT_COLUMNS} FROM ${effects}
       WHERE job_id = $1 AND slot_window = $2 AND key_hash > $3
       ORDER BY key_hash LIMIT $4`,
 
     /*
      * The operator's statements (PostgresOperatorStore). Each write is fenced on the epoch the
      * operator read ($3) and records what was done in operator_action ($5), for whoever reads the
-     * row next. `$4` is the clock the lease end is judged by, as in the runtime's statements.
+     * row next. `$4` is the clock the lease end is judged by, as in the runtime's statements. Every
+     * write that gives a slot back (see `givenBack`) takes the operator's new deadline when one is
+     * given ($6 or $7, NULL to keep the window's), resets the failures and the runs without progress
+     * and drops any retry wait; the ones that re-walk the window (reopen, re-drive) also drop its
+     * checkpoint, its last run's counts and its completion time.
      */
 
     /*
      * Timeline of a forced release:
      *   t0  operator reads the slot: RUNNING, epoch 3, lease ended at t0 - 5 min (holder crashed)
-     *   t1  UPDATE where epoch = 3 AND (FAILED OR RUNNING with lease_until < t1) → RELEASED, failures 0
-     *   t2  the next delivery claims it (RELEASED): epoch 4, skips every effect done
+     *   t1  UPDATE where epoch = 3 AND (FAILED, STUCK, or RUNNING with lease_until < t1)
+     *       → RELEASED, given back (the checkpoint kept)
+     *   t2  the next delivery claims it (RELEASED): epoch 4, resumes from the checkpoint, skips
+     *       every effect done
      * A takeover between t0 and t1 made the epoch 4: no row matches and the live run is left alone.
      * With $6 (evenIfLeaseLive) the lease clause goes; the holder at epoch 3 is then fenced at its
-     * next renewal, reservation or completion, all conditioned on its epoch and RUNNING.
-     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 even if the lease is live.
+     * next renewal, reservation or completion, all conditioned on its epoch and RUNNING. A STUCK
+     * window past its deadline needs the new deadline ($7), or its next claim makes it STUCK again.
+     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 even if the lease is live,
+     * $7 new deadline or NULL.
      */
     forceReleaseSlot: `
-      UPDATE ${slots} SET state = 'RELEASED', lease_until = ${now('$4')}, failures = 0, operator_action = $5
+      UPDATE ${slots} SET ${givenBack('$4', '$5', '$7')}
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
-        AND (state = 'FAILED' OR (state = 'RUNNING' AND ($6::boolean OR lease_until < ${now('$4')})))
+        AND (state IN ('FAILED', 'STUCK') OR (state = 'RUNNING' AND ($6::boolean OR lease_until < ${now('$4')})))
       RETURNING ${SLOT_COLUMNS}, claimer_clock`,
 
     /*
      * Timeline of a reopen:
-     *   t0  operator reads the slot: DONE, epoch 2
-     *   t1  UPDATE where epoch = 2 AND state = DONE → RELEASED, completed_at cleared (summary kept)
-     *   t2  the next delivery claims it: epoch 3, skips every effect DONE, performs the ones cleared
-     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action.
+     *   t0  operator reads the slot: DONE (or PARTIAL), epoch 2
+     *   t1  UPDATE where epoch = 2 AND state is DONE or PARTIAL → RELEASED, given back for a
+     *       re-walk (no checkpoint, no completion time; the summary kept)
+     *   t2  the next delivery claims it: epoch 3, walks the job from the start, skips every effect
+     *       DONE, performs the ones cleared
+     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 new deadline or NULL.
      */
     reopenSlot: `
-      UPDATE ${slots} SET state = 'RELEASED', lease_until = ${now('$4')}, failures = 0, completed_at = NULL,
-        operator_action = $5
-      WHERE job_id = $1 AND slot_window = $2 AND epoch = $3 AND state = 'DONE'
+      UPDATE ${slots} SET ${givenBack('$4', '$5', '$6')}, ${REWALK}
+      WHERE job_id = $1 AND slot_window = $2 AND epoch = $3 AND state IN ('DONE', 'PARTIAL')
       RETURNING ${SLOT_COLUMNS}, claimer_clock`,
+
+    /*
+     * Timeline of a re-drive (one transaction, after lockSlotForOperator at t1):
+     *   t2  deleteFailedEffects: the window's FAILED effects (or those named), as they are under
+     *       the slot's lock, which every reservation and retry waits for
+     *   t3  this UPDATE → RELEASED, given back for a re-walk, whatever the state the guard allowed
+     *       (any but RUNNING under a live lease); it always matches inside that transaction
+     *   t4  a delivery claims it: epoch + 1, walks the job, skips what is done, leaves what is in
+     *       doubt in doubt, performs the cleared effects (refused before they were performed: their
+     *       first time)
+     * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 new deadline or NULL.
+     */
+    redriveSlot: `
+      UPDATE ${slots} SET ${givenBack('$4', '$5', '$6')}, ${REWALK}
+      WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
+      RETURNING ${SLOT_COLUMNS}, claimer_clock`,
+
+    /**
+     * Deletes a window's FAILED effects, every one or those of `$3` (NULL: all), returning them as
+     * they were. Run under the operator's lock of the slot row. $1 job, $2 window, $3 key hashes or NULL.
+     */
+    deleteFailedEffects: `
+      DELETE FROM ${effects}
+      WHERE job_id = $1 AND slot_window = $2 AND state = 'FAILED'
+        AND ($3::text[] IS NULL OR key_hash = ANY($3::text[]))
+      RETURNING ${EFFECT_COLUMNS}`,
 
     /*
      * Timeline of the guard that starts resolving an effect (one transaction with the writes below):
@@ -294,10 +432,10 @@ export function sqlFor(schema: string) {
         (state = 'RUNNING' AND lease_until >= ${now('$3')}) AS lease_live
       FROM ${slots} WHERE job_id = $1 AND slot_window = $2`,
 
-    /** One effect row, locked until the operator's transaction ends. $1 job, $2 window, $3 key hash. */
-    lockEffect: `
-      SELECT key_hash, state, epoch, owner, operator_action FROM ${effects}
-      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3
+    /** Some effect rows, locked until the operator's transaction ends. $1 job, $2 window, $3 key hashes. */
+    lockEffects: `
+      SELECT ${EFFECT_COLUMNS}, operator_action FROM ${effects}
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = ANY($3::text[])
       FOR UPDATE`,
 
     /*
@@ -358,7 +496,7 @@ export function sqlFor(schema: string) {
       `CREATE TABLE IF NOT EXISTS ${slots} (
         job_id          text        NOT NULL CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$'),
         slot_window     text        NOT NULL CHECK (slot_window ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$'),
-        state           text        NOT NULL CHECK (state IN ('RUNNING', 'DONE', 'RELEASED', 'FAILED')),
+        state           text        NOT NULL CHECK (${stateCheck(slotStates)}),
         owner           text        NOT NULL,
         epoch           integer     NOT NULL CHECK (epoch >= 1),
         lease_until     timestamptz,
@@ -382,7 +520,7 @@ export function sqlFor(schema: string) {
         job_id       text        NOT NULL,
         slot_window  text        NOT NULL,
         key_hash     text        COLLATE "C" NOT NULL CHECK (length(key_hash) BETWEEN 1 AND 512),
-        state        text        NOT NULL CHECK (state IN ('RESERVED', 'DONE')),
+        state        text        NOT NULL CHECK (${stateCheck(effectStates)}),
         epoch        integer     NOT NULL,
         owner        text        NOT NULL,
         reserved_at  timestamptz NOT NULL,
@@ -398,6 +536,18 @@ export function sqlFor(schema: string) {
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS backfilled boolean NOT NULL DEFAULT false`,
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS operator_action text`,
       `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS operator_action text`,
+      // Version 3, the same way: columns by ALTER on every schema (all nullable or with a constant
+      // default, so catalog changes), and the state CHECKs of version 1 and 2 tables widened.
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS deadline timestamptz`,
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS checkpoint jsonb`,
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS progress jsonb`,
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS runs_without_progress integer NOT NULL DEFAULT 0`,
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS resume_after timestamptz`,
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0`,
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS retry_at timestamptz`,
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS reason text`,
+      widenStateCheck(slots, 'slots_state_check', slotStates),
+      widenStateCheck(effects, 'effects_state_check', effectStates),
       `CREATE TABLE IF NOT EXISTS ${s}.schema_version (
         version     integer     PRIMARY KEY,
         applied_at  timestamptz NOT NULL DEFAULT now()

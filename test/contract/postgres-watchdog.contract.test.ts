@@ -1,0 +1,3 @@
+import { describePostgresWatchdogAudit } from './postgres-watchdog-audit.js';
+
+describePostgresWatchdogAudit();

@@ -1,0 +1,286 @@
+import { escapeIdentifier } from 'pg';
+import { describe, expect, it } from 'vitest';
+import { migrate, SCHEMA_VERSION } from '../../shared/backends/postgres/index.js';
+import { ConfigurationError } from '../../shared/errors.js';
+import type { LeaseRequest } from '../../shared/slot/ports.js';
+import { type Slot, windowOf } from '../../shared/slot/slot.js';
+import { leaseRequest, slotSequence, usePostgres } from '../helpers/postgres.js';
+
+const postgres = usePostgres();
+
+const WINDOW_MS = Date.parse('2026-11-30T06:00:00Z');
+const DEADLINE = WINDOW_MS + 6 * 3_600_000;
+
+/** A slot no other test in this file uses. */
+const freshSlot = slotSequence('upgrade-job');
+
+/** A lease request of the windows here: each due 6 hours after the first. */
+const lease = (owner: string, overrides: Partial<LeaseRequest> = {}) =>
+  leaseRequest(owner, { jobId: 'upgrade-job', window: windowOf(WINDOW_MS) }, overrides);
+
+/*
+ * What earlier versions of the migration created, copied from their sql.ts (test-only: production
+ * code keeps one migration, which brings any of these up to date). `q` is the quoted schema.
+ */
+const version1 = (q: string) => [
+  `CREATE SCHEMA ${q}`,
+  `CREATE TABLE ${q}.slots (
+    job_id          text        NOT NULL CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$'),
+    slot_window     text        NOT NULL CHECK (slot_window ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$'),
+    state           text        NOT NULL CHECK (state IN ('RUNNING', 'DONE', 'RELEASED', 'FAILED')),
+    owner           text        NOT NULL,
+    epoch           integer     NOT NULL CHECK (epoch >= 1),
+    lease_until     timestamptz,
+    attempts        integer     NOT NULL,
+    failures        integer     NOT NULL DEFAULT 0,
+    max_attempts    integer     NOT NULL,
+    claimed_at      timestamptz NOT NULL,
+    claimer_clock   timestamptz NOT NULL,
+    previous_owner  text,
+    previous_state  text,
+    execution_id    text,
+    attempt_number  integer,
+    invocation_id   text,
+    summary         jsonb,
+    last_error      text,
+    completed_at    timestamptz,
+    expires_at      timestamptz NOT NULL,
+    PRIMARY KEY (job_id, slot_window)
+  )`,
+  `CREATE TABLE ${q}.effects (
+    job_id       text        NOT NULL,
+    slot_window  text        NOT NULL,
+    key_hash     text        COLLATE "C" NOT NULL CHECK (length(key_hash) BETWEEN 1 AND 512),
+    state        text        NOT NULL CHECK (state IN ('RESERVED', 'DONE')),
+    epoch        integer     NOT NULL,
+    owner        text        NOT NULL,
+    reserved_at  timestamptz NOT NULL,
+    done_at      timestamptz,
+    expires_at   timestamptz NOT NULL,
+    PRIMARY KEY (job_id, slot_window, key_hash)
+  )`,
+  `CREATE INDEX slots_expires_at ON ${q}.slots (expires_at)`,
+  `CREATE INDEX effects_expires_at ON ${q}.effects (expires_at)`,
+  `CREATE TABLE ${q}.schema_version (
+    version     integer     PRIMARY KEY,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+  )`,
+];
+
+const version2 = (q: string) => [
+  ...version1(q),
+  `ALTER TABLE ${q}.slots ADD COLUMN backfilled boolean NOT NULL DEFAULT false`,
+  `ALTER TABLE ${q}.slots ADD COLUMN operator_action text`,
+  `ALTER TABLE ${q}.effects ADD COLUMN operator_action text`,
+];
+
+/** A new schema as an older build's migration left it, at `version`. */
+async function schemaAt(version: 1 | 2): Promise<{ schema: string; q: string }> {
+  const schema = postgres.uniqueSchemaName(`v${version}`);
+  const q = escapeIdentifier(schema);
+  for (const statement of (version === 1 ? version1 : version2)(q)) await postgres.sql(statement);
+  await postgres.sql(`INSERT INTO ${q}.schema_version (version) VALUES ($1)`, [version]);
+  return { schema, q };
+}
+
+/** Rows of every state an older version could write: DONE, RUNNING, RELEASED, FAILED slots; effects. */
+async function olderRows(q: string, slots: Record<'done' | 'running' | 'released' | 'failed', Slot>) {
+  for (const [state, slot] of [
+    ['DONE', slots.done],
+    ['RUNNING', slots.running],
+    ['RELEASED', slots.released],
+    ['FAILED', slots.failed],
+  ] as const) {
+    await postgres.sql(
+      `INSERT INTO ${q}.slots (job_id, slot_window, state, owner, epoch, lease_until, attempts, max_attempts,
+         claimed_at, claimer_clock, summary, expires_at)
+       VALUES ($1, $2, $3, 'old-build', 1, now() - interval '1 hour', 1, 3, now(), now(),
+         '{"done": 2, "skipped": 0, "inDoubt": 0, "failed": 0, "inDoubtKeys": [], "epoch": 1}', now() + interval '35 days')`,
+      [slot.jobId, slot.window, state],
+    );
+  }
+  for (const [key, state] of [
+    ['k-done', 'DONE'],
+    ['k-reserved', 'RESERVED'],
+  ] as const) {
+    await postgres.sql(
+      `INSERT INTO ${q}.effects (job_id, slot_window, key_hash, state, epoch, owner, reserved_at, expires_at)
+       VALUES ($1, $2, $3, $4, 1, 'old-build', now(), now() + interval '35 days')`,
+      [slots.released.jobId, slots.released.window, key, state],
+    );
+  }
+}
+
+/** The parts of a schema's catalog a migration decides: columns, constraints and indexes. */
+async function catalogOf(schema: string) {
+  const columns = await postgres.sql(
+    `SELECT table_name, ordinal_position, column_name, data_type, is_nullable, column_default, collation_name
+     FROM information_schema.columns WHERE table_schema = $1 ORDER BY table_name, ordinal_position`,
+    [schema],
+  );
+  const constraints = await postgres.sql(
+    `SELECT t.relname AS table_name, c.conname, c.convalidated, pg_get_constraintdef(c.oid) AS definition
+     FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace
+     WHERE n.nspname = $1 ORDER BY t.relname, c.conname`,
+    [schema],
+  );
+  // Index definitions name the schema (unquoted: slotguard's schema names never need quotes).
+  const indexes = await postgres.sql(
+    `SELECT tablename, indexname, replace(indexdef, $1 || '.', '') AS definition
+     FROM pg_indexes WHERE schemaname = $1 ORDER BY tablename, indexname`,
+    [schema],
+  );
+  return { columns, constraints, indexes };
+}
+
+/** The state CHECK constraints of a schema, by name, with their oids (a re-created one gets a new oid). */
+async function stateChecks(schema: string) {
+  return postgres.sql<{ conname: string; oid: number; definition: string }>(
+    `SELECT c.conname, c.oid::integer AS oid, pg_get_constraintdef(c.oid) AS definition
+     FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace
+     WHERE n.nspname = $1 AND c.conname IN ('slots_state_check', 'effects_state_check') ORDER BY c.conname`,
+    [schema],
+  );
+}
+
+const toldToMigrate = (error: unknown) =>
+  error instanceof ConfigurationError &&
+  /older than this version of slotguard.*run the migration/.test(error.message);
+
+describe('Postgres schema upgrades', () => {
+  it('brings a version-2 schema to version 3 with every row kept, and tells a version-3 build to migrate until then', async () => {
+    const { schema, q } = await schemaAt(2);
+    const slots = { done: freshSlot(), running: freshSlot(), released: freshSlot(), failed: freshSlot() };
+    await olderRows(q, slots);
+    const backend = postgres.backend(schema);
+    await expect(backend.claims.claim(freshSlot(), lease('new-build'), Date.now())).rejects.toSatisfy(
+      toldToMigrate,
+    );
+    await expect(backend.claims.read(slots.done)).rejects.toSatisfy(toldToMigrate);
+
+    const pool = postgres.pool({ max: 3 });
+    // Three replicas deploying at once: one upgrades, the others find it done.
+    const results = await Promise.all([1, 2, 3].map(() => migrate(pool, { schema })));
+    expect(results.filter((r) => r.applied)).toEqual([{ schema, version: 3, applied: true }]);
+    expect(await migrate(pool, { schema })).toEqual({ schema, version: SCHEMA_VERSION, applied: false });
+    const versions = await postgres.sql<{ version: number }>(
+      `SELECT version FROM ${q}.schema_version ORDER BY version`,
+    );
+    expect(versions.map((v) => v.version)).toEqual([2, 3]);
+
+    // The older rows, as the new build reads them: no deadline, no checkpoint, no runs without progress.
+    const done = await backend.claims.read(slots.done);
+    expect(done).toMatchObject({ state: 'DONE', owner: 'old-build', epoch: 1, runsWithoutProgress: 0 });
+    expect(done?.deadline).toBeUndefined();
+    expect(done?.checkpoint).toBeUndefined();
+    expect(await backend.claims.claim(slots.done, lease('new-build'), Date.now())).toMatchObject({
+      kind: 'done',
+      state: 'DONE',
+      summary: { done: 2 },
+    });
+    expect(await backend.claims.claim(slots.failed, lease('new-build'), Date.now())).toMatchObject({
+      kind: 'failed',
+    });
+    // A window an older build released: the first claim by the new build stores its deadline.
+    const resumed = await backend.claims.claim(slots.released, lease('new-build'), Date.now());
+    expect(resumed).toMatchObject({
+      kind: 'claimed',
+      claim: { epoch: 2, via: 'retry', window: { deadline: DEADLINE, runsWithoutProgress: 0 } },
+    });
+    if (resumed.kind !== 'claimed') throw new Error(resumed.kind);
+    expect(await backend.claims.read(slots.released)).toMatchObject({ deadline: DEADLINE });
+    const now = Date.now();
+    expect(
+      await backend.ledger.reserveMany(resumed.claim, ['k-done', 'k-reserved'], { rerunInDoubt: false, now }),
+    ).toEqual([{ kind: 'done' }, { kind: 'in-doubt', epoch: 1 }]);
+    // The new states fit the widened CHECKs: a refused effect, and the window given up as STUCK.
+    await backend.ledger.reserve(resumed.claim, 'k-new', { rerunInDoubt: false, now });
+    await backend.ledger.recordFailure(resumed.claim, 'k-new', {
+      attempts: 1,
+      retryAt: now + 60_000,
+      reason: 'throttled',
+    });
+    expect(await backend.ledger.read(slots.released, 'k-new')).toMatchObject({
+      state: 'FAILED',
+      attempts: 1,
+    });
+    expect(
+      await backend.claims.release(
+        resumed.claim,
+        { kind: 'stuck', reason: 'no progress', runsWithoutProgress: 3 },
+        now,
+      ),
+    ).toEqual({ kind: 'ok' });
+    expect(await backend.claims.read(slots.released)).toMatchObject({
+      state: 'STUCK',
+      lastError: 'no progress',
+    });
+  });
+
+  it('leaves an upgraded schema identical to a new one: the same columns, constraints and indexes', async () => {
+    const upgraded = await schemaAt(2);
+    await migrate(postgres.pool({ max: 1 }), { schema: upgraded.schema });
+    const fresh = await postgres.freshSchema('v3');
+    const [a, b] = [await catalogOf(upgraded.schema), await catalogOf(fresh)];
+    // slots 20 + 2 + 5 columns (versions 1, 2, 3), effects 9 + 1 + 3, schema_version 2.
+    expect(a.columns).toHaveLength(42);
+    expect(a.constraints.length).toBeGreaterThanOrEqual(9);
+    expect(a).toEqual(b);
+    const checks = await stateChecks(fresh);
+    expect(checks.map((c) => [c.conname, c.definition])).toEqual([
+      [
+        'effects_state_check',
+        "CHECK ((state = ANY (ARRAY['RESERVED'::text, 'DONE'::text, 'FAILED'::text])))",
+      ],
+      [
+        'slots_state_check',
+        "CHECK ((state = ANY (ARRAY['RUNNING'::text, 'DONE'::text, 'PARTIAL'::text, 'RELEASED'::text, 'FAILED'::text, 'STUCK'::text])))",
+      ],
+    ]);
+  });
+
+  it('does not re-create a state CHECK that already lists every state when migrating again', async () => {
+    const { schema } = await schemaAt(2);
+    const pool = postgres.pool({ max: 1 });
+    await migrate(pool, { schema });
+    const before = await stateChecks(schema);
+    expect(before).toHaveLength(2);
+    expect(await migrate(pool, { schema })).toMatchObject({ applied: false });
+    // The same constraints (same oids): an up-to-date schema is neither altered nor scanned again.
+    expect(await stateChecks(schema)).toEqual(before);
+  });
+
+  it('brings a version-1 schema up to date with its rows kept', async () => {
+    const { schema, q } = await schemaAt(1);
+    const slot = freshSlot();
+    await postgres.sql(
+      `INSERT INTO ${q}.slots (job_id, slot_window, state, owner, epoch, lease_until, attempts, max_attempts,
+         claimed_at, claimer_clock, expires_at)
+       VALUES ($1, $2, 'DONE', 'old-build', 1, NULL, 1, 3, now(), now(), now() + interval '35 days')`,
+      [slot.jobId, slot.window],
+    );
+    const backend = postgres.backend(schema);
+    await expect(backend.claims.claim(freshSlot(), lease('new-build'), Date.now())).rejects.toSatisfy(
+      toldToMigrate,
+    );
+
+    expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
+      schema,
+      version: 3,
+      applied: true,
+    });
+    const versions = await postgres.sql<{ version: number }>(
+      `SELECT version FROM ${q}.schema_version ORDER BY version`,
+    );
+    expect(versions.map((v) => v.version)).toEqual([1, 3]);
+    const kept = await backend.claims.read(slot);
+    expect(kept).toMatchObject({ state: 'DONE', owner: 'old-build', epoch: 1, runsWithoutProgress: 0 });
+    expect(kept?.delivery.backfilled).toBeUndefined();
+    const next = freshSlot();
+    await backend.claims.claim(next, lease('b', { delivery: { backfilled: true } }), Date.now());
+    expect(await backend.claims.read(next)).toMatchObject({
+      delivery: { backfilled: true },
+      deadline: DEADLINE,
+    });
+  });
+});
