@@ -413,8 +413,10 @@ describe('a CDK app outside the repository, on the packed package', () => {
           PATH: process.env.PATH,
           AWS_REGION: 'eu-west-1',
           ...functions[0]!.Properties.Environment?.Variables,
+          // What CloudFormation resolves the template's references to when it deploys the function.
           SLOTGUARD_EFFECT_KEY_SECRET_ARN: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:k',
           SLOTGUARD_TABLE_NAME: 'claims',
+          SLOTGUARD_WORK_QUEUE_URL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/daily-digest',
         },
       },
     );
