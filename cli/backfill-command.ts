@@ -31,7 +31,7 @@ interface BackfillRow extends WindowDelivery {
  * function is invoked asynchronously, as Scheduler does.
  */
 export async function backfill(ctx: CommandContext): Promise<number> {
-  const { spec, schedule } = ctx.job();
+  const { spec, schedule } = await ctx.job();
   const from = ctx.time('from');
   const to = ctx.time('to');
   if (to <= from) throw usageError(`--to (${windowOf(to)}) must be after --from (${windowOf(from)})`);

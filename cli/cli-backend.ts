@@ -1,27 +1,22 @@
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { DynamoDBServiceException, ResourceNotFoundException } from '@aws-sdk/client-dynamodb';
-import { StateDirectoryLockedError } from '../local/embedded-dynamo.js';
-import { LOCAL_EFFECT_KEY_SECRET, LOCAL_TABLE_NAME, openLocalBackend } from '../local/local-backend.js';
-import {
-  DYNAMODB_STATE_DIR,
-  isAlive,
-  readServeState,
-  SERVE_STATE_FILE,
-  type ServeState,
-} from '../local/serve.js';
 import { createDynamoClient, dynamoBackend } from '../shared/backends/dynamodb/dynamodb-backend.js';
 import { DynamoOperatorStore } from '../shared/backends/dynamodb/dynamodb-operator-store.js';
-import { hmacEffectKeys } from '../shared/effects/effect-key.js';
-import { StoreError } from '../shared/errors.js';
+import type { EffectKeyHasher } from '../shared/effects/effect-key.js';
+import { SlotguardError, StoreError } from '../shared/errors.js';
 import type { SlotBackend } from '../shared/job/run-slot.js';
 import { RuntimeEnv } from '../shared/job/runtime-env.js';
 import type { OperatorStore } from '../shared/slot/operator-ports.js';
 import { CliError, ExitCode, usageError } from './cli-support.js';
+import { loadPostgres } from './postgres-module.js';
+
+/**
+ * The claims table `--endpoint` reads when `--table` is not given: the one the local runner creates
+ * (local/local-backend.ts LOCAL_TABLE_NAME).
+ */
+export const DEFAULT_TABLE_NAME = 'slotguard-claims';
 
 /** The backend options every slot command takes. */
 export interface BackendOptions {
-  readonly stateDir?: string;
   readonly endpoint?: string;
   readonly table?: string;
   readonly region?: string;
@@ -33,6 +28,10 @@ export interface BackendOptions {
 export interface CliBackend {
   /** One line: where the slots are read from. */
   readonly description: string;
+  /**
+   * The slot records and effect ledger. Its hasher refuses: the operator reads and repairs effects
+   * by the hashes stored, and a window run in this process (LocalRuns) hashes with its own secret.
+   */
   readonly slots: SlotBackend;
   /** The operator port: every backend the CLI opens has one; undefined is refused by the commands. */
   readonly operator: OperatorStore | undefined;
@@ -41,7 +40,7 @@ export interface CliBackend {
    * False for AWS: backfill must invoke the deployed function.
    */
   readonly local: boolean;
-  /** The mail server of a running `npm start -- serve`, for a local backfill. */
+  /** The mail server of a running `npm start -- serve`, for a window run in this process. @default none */
   readonly serveSmtp?: { readonly host: string; readonly port: number };
   close(): Promise<void>;
 }
@@ -52,56 +51,22 @@ export interface CliBackend {
  * 2. `--endpoint URL` (or DYNAMODB_ENDPOINT): a DynamoDB API there (dynalite, or any DynamoDB-compatible endpoint),
  *    table `--table` (default slotguard-claims).
  * 3. `--table NAME` alone: that table in AWS (`--region`, else AWS_REGION), default credentials.
- * 4. Otherwise the local state directory (`--state-dir`, default .slotguard): the endpoint of a
- *    running `npm start -- serve` (from its serve.json), else the tables it keeps there.
+ * 4. Otherwise `fallback` (the local runner's state, in slotguard's repository: LocalRuns), else a
+ *    usage error naming the options.
  */
 export async function openCliBackend(
   options: BackendOptions,
   env: Readonly<Record<string, string | undefined>>,
+  fallback?: () => Promise<CliBackend>,
 ): Promise<CliBackend> {
-  const secret = env[RuntimeEnv.effectKeySecret] ?? LOCAL_EFFECT_KEY_SECRET;
   const kind = options.backend ?? 'dynamodb';
   if (kind !== 'dynamodb' && kind !== 'postgres') {
     throw usageError(`--backend is ${JSON.stringify(kind)}; use dynamodb (default) or postgres`);
   }
-  if (kind === 'postgres') {
-    const databaseUrl = env.DATABASE_URL;
-    if (!databaseUrl)
-      throw usageError('--backend postgres reads the server from DATABASE_URL, which is not set; set it');
-    const local = await openLocalBackend({
-      kind: 'postgres',
-      databaseUrl,
-      secret,
-      migrate: false,
-      ...(options.schema ? { schema: options.schema } : {}),
-    });
-    // Loaded only here, as openLocalBackend does, so the DynamoDB commands never load `pg`. The
-    // operator's writes get their own one-connection pool, named so that a DBA can tell them apart
-    // from the runs' sessions in pg_stat_activity. The lease clock is the database's, as the
-    // runtime's: the operator's `now` is not what decides whether a run's lease is live.
-    const postgres = await import('../shared/backends/postgres/index.js');
-    const pool = postgres.createPostgresPool({
-      connectionString: databaseUrl,
-      applicationName: 'slotguard-operator',
-      max: 1,
-    });
-    return {
-      description: local.description,
-      slots: local.backend,
-      operator: new postgres.PostgresOperatorStore({
-        pool,
-        schema: options.schema ?? postgres.DEFAULT_SCHEMA,
-      }),
-      local: true,
-      async close() {
-        await pool.end().catch(() => {});
-        await local.close();
-      },
-    };
-  }
+  if (kind === 'postgres') return openPostgres(options, env);
   const endpoint = options.endpoint ?? env[RuntimeEnv.dynamodbEndpoint];
   if (endpoint || options.table) {
-    const tableName = options.table ?? LOCAL_TABLE_NAME;
+    const tableName = options.table ?? DEFAULT_TABLE_NAME;
     // Three attempts, not the runtime's eight: an operator waiting on a dead endpoint wants to know.
     const client = createDynamoClient({
       ...(endpoint ? { endpoint } : {}),
@@ -112,7 +77,7 @@ export async function openCliBackend(
       description: endpoint
         ? `DynamoDB at ${endpoint}, table ${tableName}`
         : `DynamoDB table ${tableName} in ${options.region ?? env.AWS_REGION ?? 'us-east-1'}`,
-      slots: dynamoBackend({ client, tableName, hashKey: hmacEffectKeys(secret) }),
+      slots: dynamoBackend({ client, tableName, hashKey: hashesNoEffectKeys }),
       operator: new DynamoOperatorStore({ client, tableName }),
       local: endpoint !== undefined,
       async close() {
@@ -120,50 +85,58 @@ export async function openCliBackend(
       },
     };
   }
-  const stateDir = options.stateDir ?? '.slotguard';
-  const serve = runningServe(stateDir);
-  if (serve?.endpoint) {
-    const opened = await openCliBackend(
-      { ...options, endpoint: serve.endpoint, table: serve.tableName ?? LOCAL_TABLE_NAME },
-      env,
-    );
-    return {
-      ...opened,
-      description: `the running serve's DynamoDB (pid ${serve.pid}) at ${serve.endpoint}`,
-      serveSmtp: serve.smtp,
-    };
-  }
-  const path = join(stateDir, DYNAMODB_STATE_DIR);
-  if (!existsSync(path)) {
-    throw new CliError(
-      ExitCode.Unreachable,
-      `there is no local state in ${path}: nothing has run here yet. Start the jobs with \`npm start -- serve\`, ` +
-        'or point at a DynamoDB with --endpoint URL or --table NAME',
-    );
-  }
-  try {
-    // On its own thread: closing it then releases the LevelDB lock for the next process.
-    const local = await openLocalBackend({ path, secret, thread: true });
-    return {
-      description: `the local state in ${path}`,
-      slots: local.backend,
-      operator: local.operator,
-      local: true,
-      close: local.close,
-    };
-  } catch (error) {
-    if (error instanceof StateDirectoryLockedError)
-      throw new CliError(ExitCode.Unreachable, error.message, { cause: error });
-    throw error;
-  }
+  if (fallback) return fallback();
+  throw usageError(
+    'name the claims backend: --table NAME (your ClaimsTable in AWS; --region, else AWS_REGION), ' +
+      '--endpoint URL [--table NAME] (any DynamoDB API, e.g. DynamoDB Local), or --backend postgres (DATABASE_URL)',
+  );
 }
 
-/** serve.json, when the serve that wrote it is still running. */
-function runningServe(stateDir: string): ServeState | undefined {
-  const state = readServeState(join(stateDir, SERVE_STATE_FILE));
-  // Stopped, or killed without cleaning up: its tables are on disk, not behind an endpoint.
-  return state && !state.stoppedAt && isAlive(state.pid) ? state : undefined;
+/**
+ * Postgres in DATABASE_URL, on the database's lease clock as the runtime: the operator's `now` is
+ * not what decides whether a run's lease is live. One small pool, named so that a DBA can tell the
+ * operator's session from the runs' in pg_stat_activity. Runs no DDL: `slotguard postgres migrate`
+ * does that.
+ */
+async function openPostgres(
+  options: BackendOptions,
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<CliBackend> {
+  const databaseUrl = env.DATABASE_URL;
+  if (!databaseUrl)
+    throw usageError('--backend postgres reads the server from DATABASE_URL, which is not set; set it');
+  const postgres = await loadPostgres('--backend postgres');
+  const schema = options.schema ?? postgres.DEFAULT_SCHEMA;
+  const pool = postgres.createPostgresPool({
+    connectionString: databaseUrl,
+    applicationName: 'slotguard-operator',
+    max: 2,
+  });
+  return {
+    description: `PostgreSQL at ${redact(databaseUrl)}, schema ${schema}`,
+    slots: postgres.postgresBackend({ pool, schema, hashKey: hashesNoEffectKeys }),
+    operator: new postgres.PostgresOperatorStore({ pool, schema }),
+    local: true,
+    async close() {
+      await pool.end().catch(() => {});
+    },
+  };
 }
+
+/** A connection string without its password, for output. */
+function redact(url: string): string {
+  return url.replace(/\/\/([^:/@]+):[^@]*@/, '//$1:***@');
+}
+
+/**
+ * The hasher of the operator's backends: every command reads and repairs effects by the hashes the
+ * runs stored, so a key hashed here would be a bug, and the CLI needs no effect-key secret.
+ */
+const hashesNoEffectKeys: EffectKeyHasher = () => {
+  throw new SlotguardError(
+    'the operator CLI reads and repairs effects by their stored hashes and has no effect-key secret; an effect key was hashed, which is a bug',
+  );
+};
 
 /**
  * Reads one slot record nobody has (1970's) to find out whether the backend answers at all, before

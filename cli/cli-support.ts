@@ -1,5 +1,6 @@
 import type { Clock } from '../shared/clock.js';
 import { SlotguardError } from '../shared/errors.js';
+import type { LocalRuns } from './local-runs.js';
 
 /**
  * The operator CLI's exit codes. Scripts branch on them; the README and `--help` list them.
@@ -18,7 +19,7 @@ export const ExitCode = {
 } as const;
 export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
 
-/** What the CLI reads and writes; tests inject their own, the bin passes the process's. */
+/** What the CLI reads and writes, and what it may use; tests inject their own, the bin passes the process's. */
 export interface CliIo {
   readonly stdout: { write(text: string): unknown };
   readonly stderr: { write(text: string): unknown };
@@ -26,6 +27,14 @@ export interface CliIo {
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** @default the system clock */
   readonly clock?: Clock;
+  /** Where relative paths (`--catalog`) start, and where the project's slotguard.config.json is looked for. @default process.cwd() */
+  readonly cwd?: string;
+  /**
+   * The local runner's state and in-process runs: given in slotguard's own repository (by the bin
+   * and the tests), never by an installed package (see LocalRuns).
+   * @default none: the backend comes from the options, and windows are delivered with --function
+   */
+  readonly localRuns?: LocalRuns;
 }
 
 /** An error the CLI reports as it is: the message says what was wrong and what to do. */

@@ -1,5 +1,5 @@
-import type { JobSpec } from '../shared/job/job-spec.js';
-import { JobSchedule } from '../shared/schedule/fire-times.js';
+import { describeCatchUpPolicy, resolveCatchUpPolicy } from '../shared/schedule/catch-up.js';
+import { JobSchedule, ScheduleError } from '../shared/schedule/fire-times.js';
 import type { OperatorStore } from '../shared/slot/operator-ports.js';
 import type { SlotRecord } from '../shared/slot/ports.js';
 import { type Slot, windowOf } from '../shared/slot/slot.js';
@@ -13,11 +13,23 @@ import {
   parseTimeOption,
   usageError,
 } from './cli-support.js';
-import { catalogJob, windowNote } from './slot-view.js';
+import { type CatalogJob, catalogJob, findCatalog, loadCatalog } from './job-catalog.js';
+import { deployedJob } from './schedule-commands.js';
+import { windowNote } from './slot-view.js';
+
+/** One option of a command, as parsed and as `--help` lists it. */
+export interface OptionSpec {
+  readonly type: 'string' | 'boolean';
+  readonly help: string;
+  /** The value's placeholder in `--help` (`--job ID`). @default none: a flag */
+  readonly value?: string;
+  /** May be given more than once (`--key A --key B`). @default false */
+  readonly multiple?: boolean;
+}
 
 /** What an operator write acts on; see CommandContext.repairTarget. */
 export interface RepairTarget {
-  readonly spec: JobSpec;
+  readonly spec: CatalogJob;
   readonly slot: Slot;
   readonly backend: CliBackend;
   readonly operator: OperatorStore;
@@ -72,7 +84,7 @@ export class CommandContext {
    * How long a window of `spec` has to finish: `--deadline` when given, else the job's deadline
    * (jobDeadlineMs: its own, or the earlier of the gap to its next window and 6 hours).
    */
-  deadlineMs(spec: JobSpec): number {
+  deadlineMs(spec: CatalogJob): number {
     return this.duration('deadline', jobDeadlineMs(spec, this.now));
   }
 
@@ -90,25 +102,81 @@ export class CommandContext {
     return Date.parse(windowOf(millis));
   }
 
-  /** `--job`, from the catalog, and its schedule (`--rate-start` anchors a rate()). */
-  job(): { spec: JobSpec; schedule: JobSchedule } {
-    const spec = catalogJob(this.text('job'));
-    const rateStart = this.text('rate-start');
-    const schedule = new JobSchedule(spec.schedule, rateStart ? { rateStart: this.time('rate-start') } : {});
-    return { spec, schedule };
+  /**
+   * `--job`, from the team's catalog (see findCatalog: `--catalog`, SLOTGUARD_CATALOG, the project's
+   * slotguard.config.json or package.json), and its schedule (`--rate-start` anchors a rate()). With
+   * no catalog named, against a claims table in AWS (`--table` alone), the job as its deployed
+   * schedules define it (deployedJob).
+   */
+  async job(): Promise<{ spec: CatalogJob; schedule: JobSchedule }> {
+    const jobId = this.text('job');
+    const reference = findCatalog(this.text('catalog'), this.env, this.io.cwd ?? process.cwd());
+    let spec: CatalogJob;
+    let source: string;
+    let deployedRateStart: number | undefined;
+    if (reference) {
+      const catalog = await loadCatalog(reference);
+      spec = catalogJob(catalog, jobId);
+      source = catalog.source;
+    } else if (this.inAws()) {
+      const deployed = await deployedJob(this, jobId);
+      ({ job: spec, source, rateStart: deployedRateStart } = deployed);
+      const deadline = spec.deadlineMinutes === undefined ? '' : `, deadline ${spec.deadlineMinutes} min`;
+      this.warn(
+        `note: no catalog named; job ${spec.id} is read from ${source}: ${spec.schedule.expression} ` +
+          `${spec.schedule.timeZone ?? 'UTC'}${deadline}. Its catch-up policy is not deployed: backfill uses ` +
+          `${describeCatchUpPolicy(resolveCatchUpPolicy(undefined, spec.id))} unless --catch-up and --max-lateness ` +
+          'say otherwise, or --catalog names your catalog.',
+      );
+    } else {
+      throw usageError(
+        `the CLI reads ${jobId ? `job ${JSON.stringify(jobId)}` : 'the job'} from your job catalog, and none is ` +
+          'named: give --catalog ./path/to/catalog.js (the module exporting the JobSpec[] your CDK app builds ' +
+          'ScheduledJobs from), set SLOTGUARD_CATALOG, or add { "catalog": "…" } to slotguard.config.json or as ' +
+          'the "slotguard" field of package.json in your project. Against a table in AWS (--table alone) the ' +
+          "CLI reads it from the job's deployed schedule instead.",
+      );
+    }
+    const given = this.text('rate-start');
+    const rateStart = given !== undefined ? this.time('rate-start') : deployedRateStart;
+    try {
+      const schedule = new JobSchedule(spec.schedule, rateStart !== undefined ? { rateStart } : {});
+      return { spec, schedule };
+    } catch (error) {
+      if (!(error instanceof ScheduleError)) throw error;
+      throw new CliError(
+        ExitCode.Usage,
+        `job ${spec.id} in ${source} has a schedule the CLI cannot read (${spec.schedule.expression}): ${error.message}`,
+        { cause: error },
+      );
+    }
+  }
+
+  /** The options name a claims table in AWS: `--table` with no endpoint, on DynamoDB. */
+  inAws(): boolean {
+    return (
+      this.text('table') !== undefined &&
+      !this.text('endpoint') &&
+      !this.env.DYNAMODB_ENDPOINT &&
+      (this.text('backend') ?? 'dynamodb') === 'dynamodb'
+    );
   }
 
   /** Opens the backend chosen by the options and checks that it answers (else exit code 3). */
   async backend(jobId: string): Promise<CliBackend> {
     const options: BackendOptions = {
-      ...opt('stateDir', this.text('state-dir')),
       ...opt('endpoint', this.text('endpoint')),
       ...opt('table', this.text('table')),
       ...opt('region', this.text('region')),
       ...opt('backend', this.text('backend')),
       ...opt('schema', this.text('schema')),
     };
-    const backend = await openCliBackend(options, this.env);
+    const localRuns = this.io.localRuns;
+    const backend = await openCliBackend(
+      options,
+      this.env,
+      localRuns ? () => localRuns.openDefaultBackend(this) : undefined,
+    );
     this.#opened.push(backend);
     await probeBackend(backend, jobId);
     return backend;
@@ -131,7 +199,7 @@ export class CommandContext {
    * a usage error never costs a connection.
    */
   async repairTarget(): Promise<RepairTarget> {
-    const { spec, schedule } = this.job();
+    const { spec, schedule } = await this.job();
     const window = this.window();
     const note = windowNote(spec, window, schedule);
     if (note) this.warn(note);

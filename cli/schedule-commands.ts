@@ -8,15 +8,25 @@ import {
   type ScheduleState,
   UpdateScheduleCommand,
 } from '@aws-sdk/client-scheduler';
+import { InvalidEventError } from '../shared/errors.js';
 import { JobSchedule } from '../shared/schedule/fire-times.js';
 import { windowOf } from '../shared/slot/slot.js';
+import { parseWatchdogEvent, type WatchdogRequest } from '../shared/watchdog/watchdog-event.js';
 import { CliError, ExitCode, renderTable, usageError } from './cli-support.js';
 import type { CommandContext } from './command.js';
+import type { CatalogJob } from './job-catalog.js';
 
 /** A deployed schedule as the CLI shows it. */
 interface DeployedSchedule {
   /** The slotguard job its target input names, if it is one of ours. */
   readonly jobId: string | undefined;
+  /**
+   * `job`: the schedule that fires the job's windows. `watchdog`: the one that audits them every 15
+   * minutes (its input carries the job's schedule and deadline). Undefined: not slotguard's.
+   */
+  readonly role: 'job' | 'watchdog' | undefined;
+  /** A watchdog schedule's input, checked. @default absent: not a watchdog schedule, or an input that does not parse */
+  readonly audit?: WatchdogRequest;
   readonly name: string;
   readonly group: string;
   readonly state: string;
@@ -36,7 +46,7 @@ export async function schedulesList(ctx: CommandContext): Promise<number> {
   if (ctx.json) {
     ctx.print(
       JSON.stringify(
-        shown.map(({ raw: _raw, ...rest }) => rest),
+        shown.map(({ raw: _raw, audit: _audit, ...rest }) => rest),
         null,
         2,
       ),
@@ -48,7 +58,7 @@ export async function schedulesList(ctx: CommandContext): Promise<number> {
       renderTable(
         ['job', 'state', 'expression', 'time zone', 'next fire (UTC)', 'schedule', 'group', 'target'],
         shown.map((s) => [
-          s.jobId ?? '-',
+          s.role === 'watchdog' ? `${s.jobId} (watchdog)` : (s.jobId ?? '-'),
           s.state,
           s.expression,
           s.timeZone,
@@ -60,7 +70,7 @@ export async function schedulesList(ctx: CommandContext): Promise<number> {
       ),
     );
   }
-  return jobId && shown.length === 0 ? ExitCode.Problem : ExitCode.Ok;
+  return jobId && !shown.some((s) => s.role === 'job') ? ExitCode.Problem : ExitCode.Ok;
 }
 
 /** `schedules pause` / `schedules resume`: UpdateSchedule with the schedule as it is and the new state. */
@@ -94,8 +104,9 @@ export async function schedulesSetState(ctx: CommandContext, state: ScheduleStat
     );
     const advice =
       state === 'DISABLED'
-        ? 'Windows due while it is paused are not fired; after resuming, list them (slotguard slots list) and backfill the ones you want.'
-        : `Windows missed while it was paused stay missed: slotguard backfill --job ${target.jobId ?? '<job>'} --from <paused at> --to now --function ${target.target}`;
+        ? 'Windows due while it is paused are not fired, and its watchdog pages them as missing (WindowMissing); ' +
+          'after resuming, list them (slotguard slots list) and backfill the ones you want.'
+        : `Windows missed while it was paused stay missed: slotguard backfill --job ${target.jobId ?? '<job>'} --from <paused at> --to now --function <the job's function>`;
     return ctx.done(
       { outcome: verb, name: target.name, group: target.group, before: current.State, after: state },
       `${verb} ${describe(target)}: ${current.State} → ${state}. ${advice}`,
@@ -104,7 +115,58 @@ export async function schedulesSetState(ctx: CommandContext, state: ScheduleStat
 }
 
 function describe(s: DeployedSchedule): string {
-  return `${s.jobId ? `job ${s.jobId}'s schedule ` : 'schedule '}${s.name} (group ${s.group})`;
+  const whose = s.jobId
+    ? `job ${s.jobId}'s ${s.role === 'watchdog' ? 'watchdog ' : ''}schedule `
+    : 'schedule ';
+  return `${whose}${s.name} (group ${s.group})`;
+}
+
+/** A job as its deployed schedules define it, for a command run with no catalog (see CommandContext.job). */
+export interface DeployedJob {
+  readonly job: CatalogJob;
+  /** Where a rate() schedule counts from: its StartDate, else its creation. @default absent: not a rate() */
+  readonly rateStart?: number;
+  /** `its deployed schedule Name (group Group)`, for messages. */
+  readonly source: string;
+}
+
+/**
+ * Job `jobId` as deployed: the expression and time zone of the schedule ScheduledJob created for it,
+ * and the deadline its watchdog schedule audits it by (a one-time job that has fired has only the
+ * latter). Its catch-up policy is not deployed anywhere: backfill then uses the default, or the
+ * options. Lists every schedule of the account and region (ListSchedules, then GetSchedule each),
+ * as `schedules list` does.
+ */
+export async function deployedJob(ctx: CommandContext, jobId: string | undefined): Promise<DeployedJob> {
+  const schedules = await withScheduler(ctx, (client) => findSchedules(ctx, client));
+  const ours = schedules.filter((s) => s.role !== undefined);
+  const region = ctx.text('region') ?? ctx.env.AWS_REGION ?? 'the default region';
+  const jobs = [...new Set(ours.map((s) => s.jobId))].join(', ') || 'none';
+  if (!jobId) throw usageError(`--job is missing; the jobs deployed in ${region} are ${jobs}`);
+  const fires = ours.find((s) => s.jobId === jobId && s.role === 'job');
+  const audit = ours.find((s) => s.jobId === jobId && s.role === 'watchdog')?.audit;
+  if (!fires && !audit) {
+    throw usageError(
+      `no catalog is named, and no deployed schedule in ${region} runs job ${JSON.stringify(jobId)} (the jobs ` +
+        `deployed there are ${jobs}); check --job and --region, or give --catalog ./path/to/catalog.js`,
+    );
+  }
+  const schedule = fires
+    ? { expression: fires.expression, timeZone: fires.timeZone }
+    : (audit!.schedule as CatalogJob['schedule']);
+  const start = fires?.raw.StartDate ?? fires?.raw.CreationDate;
+  const rateStart = audit?.rateStart ?? (start ? start.getTime() : undefined);
+  return {
+    job: {
+      id: jobId,
+      schedule,
+      ...(audit ? { deadlineMinutes: audit.deadlineMs / 60_000 } : {}),
+    },
+    ...(rateStart !== undefined && schedule.expression.startsWith('rate(') ? { rateStart } : {}),
+    source: fires
+      ? `its deployed schedule ${fires.name} (group ${fires.group})`
+      : 'its deployed watchdog schedule',
+  };
 }
 
 /** The one schedule `--name` (and `--group`) or `--job` points at. */
@@ -119,7 +181,7 @@ async function oneSchedule(ctx: CommandContext, client: SchedulerClient): Promis
       ctx.now,
     );
   }
-  const matches = (await findSchedules(ctx, client)).filter((s) => s.jobId === jobId);
+  const matches = (await findSchedules(ctx, client)).filter((s) => s.jobId === jobId && s.role === 'job');
   if (matches.length === 0) {
     throw new CliError(
       ExitCode.Problem,
@@ -175,7 +237,7 @@ function describeSchedule(raw: GetScheduleCommandOutput, now: number): DeployedS
     nextFire = undefined;
   }
   return {
-    jobId: jobIdOf(raw.Target?.Input),
+    ...slotguardRole(raw.Target?.Input),
     name: raw.Name ?? '',
     group: raw.GroupName ?? 'default',
     state: raw.State ?? 'ENABLED',
@@ -187,14 +249,24 @@ function describeSchedule(raw: GetScheduleCommandOutput, now: number): DeployedS
   };
 }
 
-/** The job id a slotguard schedule's target input carries (ScheduledJob writes it). */
-function jobIdOf(input: string | undefined): string | undefined {
-  if (!input) return undefined;
+/**
+ * Whose schedule it is, by its target input: ScheduledJob writes the job id into the input of the
+ * job's schedule, and `kind: 'watchdog'` with the job id, schedule and deadline into its watchdog's.
+ */
+function slotguardRole(input: string | undefined): Pick<DeployedSchedule, 'jobId' | 'role' | 'audit'> {
+  let parsed: { jobId?: unknown; kind?: unknown };
   try {
-    const parsed = JSON.parse(input) as { jobId?: unknown };
-    return typeof parsed.jobId === 'string' ? parsed.jobId : undefined;
+    parsed = input ? (JSON.parse(input) as typeof parsed) : {};
   } catch {
-    return undefined;
+    return { jobId: undefined, role: undefined };
+  }
+  if (typeof parsed.jobId !== 'string') return { jobId: undefined, role: undefined };
+  if (parsed.kind !== 'watchdog') return { jobId: parsed.jobId, role: 'job' };
+  try {
+    return { jobId: parsed.jobId, role: 'watchdog', audit: parseWatchdogEvent(parsed) };
+  } catch (error) {
+    if (!(error instanceof InvalidEventError)) throw error;
+    return { jobId: parsed.jobId, role: 'watchdog' };
   }
 }
 

@@ -14,7 +14,7 @@ export const MAX_LISTED_WINDOWS = 1_000;
  * Listing by schedule, one GetItem per window, needs no Scan (which the functions' IAM lacks).
  */
 export async function slotsList(ctx: CommandContext): Promise<number> {
-  const { spec, schedule } = ctx.job();
+  const { spec, schedule } = await ctx.job();
   const from = ctx.time('from');
   const to = ctx.time('to');
   if (to <= from) throw usageError(`--to (${windowOf(to)}) must be after --from (${windowOf(from)})`);
@@ -103,7 +103,7 @@ export async function slotsList(ctx: CommandContext): Promise<number> {
 
 /** `slots show`: one window's record, its delivery, its summary and its effects by state. */
 export async function slotsShow(ctx: CommandContext): Promise<number> {
-  const { spec, schedule } = ctx.job();
+  const { spec, schedule } = await ctx.job();
   const window = ctx.window();
   const note = windowNote(spec, window, schedule);
   if (note) ctx.warn(note);

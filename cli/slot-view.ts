@@ -1,5 +1,3 @@
-import { jobCatalog } from '../functions/catalog.js';
-import type { JobSpec } from '../shared/job/job-spec.js';
 import type { JobSchedule } from '../shared/schedule/fire-times.js';
 import { describeInZone } from '../shared/schedule/time-zone.js';
 import {
@@ -14,7 +12,8 @@ import {
 } from '../shared/slot/ports.js';
 import { type Slot, windowOf } from '../shared/slot/slot.js';
 import type { CliBackend } from './cli-backend.js';
-import { iso, usageError } from './cli-support.js';
+import { iso } from './cli-support.js';
+import type { CatalogJob } from './job-catalog.js';
 
 /** A window as an operator sees it: its slot record and its effects, hashes only. */
 export interface SlotView {
@@ -78,22 +77,10 @@ export interface FailedEffect {
   readonly retryAt?: string;
 }
 
-/** The catalog job `jobId`, or a usage error listing the jobs there are. */
-export function catalogJob(jobId: string | undefined): JobSpec {
-  if (!jobId) throw usageError(`--job is missing; the jobs are ${jobCatalog.map((j) => j.id).join(', ')}`);
-  const spec = jobCatalog.find((job) => job.id === jobId);
-  if (!spec) {
-    throw usageError(
-      `there is no job ${JSON.stringify(jobId)} in functions/catalog.ts; the jobs are ${jobCatalog.map((j) => j.id).join(', ')}`,
-    );
-  }
-  return spec;
-}
-
 /** Reads one window's record and effects. `listEffects: false` skips the effect query (counts unknown). */
 export async function viewSlot(
   backend: CliBackend,
-  spec: JobSpec,
+  spec: CatalogJob,
   window: number,
   now: number,
 ): Promise<SlotView> {
@@ -196,7 +183,7 @@ export function holderName(owner: string | undefined): string {
  * Checks that `window` is a fire time of the job's schedule; when it is not (a local time typed as
  * UTC, say), says which fire times are nearest, so the operator can correct it.
  */
-export function windowNote(spec: JobSpec, window: number, schedule: JobSchedule): string | undefined {
+export function windowNote(spec: CatalogJob, window: number, schedule: JobSchedule): string | undefined {
   const before = schedule.firesBetween(window - 8 * 86_400_000, window + 1).at(-1);
   if (before?.getTime() === window) return undefined;
   const after = schedule.nextFireAfter(window);

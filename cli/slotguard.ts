@@ -1,36 +1,27 @@
 import { parseArgs } from 'node:util';
-import { jobCatalog } from '../functions/catalog.js';
 import { systemClock } from '../shared/clock.js';
 import { ConfigurationError } from '../shared/errors.js';
 import { backfill } from './backfill-command.js';
 import { CliError, type CliIo, ExitCode } from './cli-support.js';
-import { CommandContext, type OptionValues } from './command.js';
+import { CommandContext, type OptionSpec, type OptionValues } from './command.js';
 import { effectsRedrive, effectsResolve } from './effect-commands.js';
+import { CATALOG_ENV, CONFIG_FILE } from './job-catalog.js';
+import type { LocalRuns } from './local-runs.js';
+import { postgresMaintenance } from './postgres-commands.js';
 import { schedulesList, schedulesSetState } from './schedule-commands.js';
 import { slotsList, slotsRelease, slotsShow } from './slot-commands.js';
 import { watchdog } from './watchdog-command.js';
 
 /**
  * The operator CLI, `slotguard`: see and repair slot state, backfill missed windows, pause and
- * resume deployed schedules. `main` is the whole program, with the process's streams injected, so
- * tests run every command in-process; bin/slotguard.mjs calls it.
+ * resume deployed schedules, migrate a Postgres schema. `main` is the whole program, with the
+ * process's streams injected, so tests run every command in-process; bin/slotguard.mjs calls it.
+ * The jobs are the team's own: their JobSpecs come from the catalog module it names (see
+ * findCatalog), the same list its CDK app builds ScheduledJobs from.
  * @example process.exitCode = await main(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr })
  */
 
-type OptionSpec = {
-  readonly type: 'string' | 'boolean';
-  readonly help: string;
-  readonly value?: string;
-  /** May be given more than once (`--key A --key B`). @default false */
-  readonly multiple?: boolean;
-};
-
 const BACKEND_OPTIONS: Record<string, OptionSpec> = {
-  'state-dir': {
-    type: 'string',
-    value: 'DIR',
-    help: 'the local state `npm start -- serve` keeps (default .slotguard)',
-  },
   endpoint: {
     type: 'string',
     value: 'URL',
@@ -45,25 +36,34 @@ const BACKEND_OPTIONS: Record<string, OptionSpec> = {
   backend: { type: 'string', value: 'NAME', help: 'dynamodb (default) or postgres (DATABASE_URL)' },
   schema: { type: 'string', value: 'NAME', help: 'postgres: the schema (default slotguard)' },
 };
+/** The schema, and how to sign in, of the Postgres maintenance commands. */
+const POSTGRES_OPTIONS: Record<string, OptionSpec> = {
+  schema: { type: 'string', value: 'NAME', help: 'the schema (default slotguard)' },
+  iam: {
+    type: 'boolean',
+    help: 'sign an RDS IAM token for PGUSER at PGHOST:PGPORT instead of a password',
+  },
+};
 const JSON_OPTION: Record<string, OptionSpec> = {
   json: { type: 'boolean', help: 'print one JSON document instead of a table' },
 };
-const JOB: OptionSpec = {
-  type: 'string',
-  value: 'ID',
-  help: `the job (${jobCatalog.map((j) => j.id).join(', ')})`,
+/** The job, and the catalog its JobSpec is read from. */
+const JOB_OPTIONS: Record<string, OptionSpec> = {
+  job: { type: 'string', value: 'ID', help: "the job's id, as in your catalog" },
+  catalog: {
+    type: 'string',
+    value: 'MODULE',
+    help: `your JobSpec[] module (else ${CATALOG_ENV}, ${CONFIG_FILE} or package.json; see --help)`,
+  },
 };
 const WINDOW: OptionSpec = {
   type: 'string',
   value: 'T',
   help: 'the window: its scheduled time, e.g. 2026-11-30T06:00:00Z',
 };
-/** How backfill and effects redrive deliver a window: the deployed function, or this process. */
+/** How backfill and effects redrive deliver a window: the deployed function (LocalRuns add this process). */
 const DELIVERY_OPTIONS: Record<string, OptionSpec> = {
-  function: { type: 'string', value: 'NAME', help: 'AWS: invoke this function (name or ARN)' },
-  smtp: { type: 'string', value: 'HOST:PORT', help: 'local: the SMTP server mail goes to' },
-  recipients: { type: 'string', value: 'N', help: 'local: weekly report customers (default 12400)' },
-  invoices: { type: 'string', value: 'N', help: 'local: payment reminders per window (default 5)' },
+  function: { type: 'string', value: 'NAME', help: "invoke the job's deployed function (name or ARN)" },
 };
 const DEADLINE: OptionSpec = {
   type: 'string',
@@ -86,8 +86,23 @@ interface Command {
   readonly usage: string;
   readonly description: string;
   readonly options: Record<string, OptionSpec>;
+  /**
+   * The LocalRuns options it also takes, when the CLI has them: `backend` for every command that
+   * reads slots, `delivery` for the ones that deliver windows.
+   * @default none
+   */
+  readonly localOptions?: readonly (keyof LocalOptionGroups)[];
   readonly run: (ctx: CommandContext) => Promise<number>;
 }
+
+/** The option groups LocalRuns add to commands. */
+interface LocalOptionGroups {
+  readonly backend: Readonly<Record<string, OptionSpec>>;
+  readonly delivery: Readonly<Record<string, OptionSpec>>;
+}
+
+const READS_SLOTS = ['backend'] as const;
+const DELIVERS = ['backend', 'delivery'] as const;
 
 const COMMANDS: readonly Command[] = [
   {
@@ -101,7 +116,8 @@ const COMMANDS: readonly Command[] = [
       'MISSED. Reads one record per window (no Scan), at most 1,000 windows.\n\n' +
       'Exit code 1 when a window needs a look: missed, FAILED, STUCK, PARTIAL (effects refused for good),\n' +
       'past its deadline unfinished, RUNNING with its lease ended, RELEASED, or with effects in doubt.',
-    options: { job: JOB, ...RANGE, ...JSON_OPTION, ...BACKEND_OPTIONS },
+    options: { ...JOB_OPTIONS, ...RANGE, ...JSON_OPTION, ...BACKEND_OPTIONS },
+    localOptions: READS_SLOTS,
     run: slotsList,
   },
   {
@@ -117,12 +133,13 @@ const COMMANDS: readonly Command[] = [
       'never stored.\n\n' +
       'Exit code 1 when the window needs a look (see slots list).',
     options: {
-      job: JOB,
+      ...JOB_OPTIONS,
       window: WINDOW,
       'rate-start': RANGE['rate-start'],
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
     },
+    localOptions: READS_SLOTS,
     run: slotsShow,
   },
   {
@@ -138,13 +155,14 @@ const COMMANDS: readonly Command[] = [
       'its effects with --rerun instead; a PARTIAL one is re-driven (effects redrive).\n\n' +
       'Exit code 1 when refused; nothing is written then.',
     options: {
-      job: JOB,
+      ...JOB_OPTIONS,
       window: WINDOW,
       force: { type: 'boolean', help: "release even while the holder's lease is live (fences it)" },
       deadline: DEADLINE,
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
     },
+    localOptions: READS_SLOTS,
     run: slotsRelease,
   },
   {
@@ -160,7 +178,7 @@ const COMMANDS: readonly Command[] = [
       "Both are conditioned on the slot's epoch as just read and refused while a run holds a live lease.\n\n" +
       'Exit code 1 when refused, or when the effect is not in doubt (done, or unknown).',
     options: {
-      job: JOB,
+      ...JOB_OPTIONS,
       window: WINDOW,
       key: { type: 'string', value: 'HASH', help: 'the effect, by the hash `slots show` lists' },
       'mark-done': { type: 'boolean', help: 'the effect happened' },
@@ -169,6 +187,7 @@ const COMMANDS: readonly Command[] = [
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
     },
+    localOptions: READS_SLOTS,
     run: effectsResolve,
   },
   {
@@ -183,15 +202,14 @@ const COMMANDS: readonly Command[] = [
       '     each only if it is still the refusal it read\n' +
       "  2. gives the slot back RELEASED with a fresh deadline (now plus the job's, or --deadline), its runs\n" +
       '     without progress 0 and no checkpoint, whatever its state (PARTIAL, STUCK, DONE, FAILED, RELEASED)\n' +
-      '  3. delivers the window again as backfill does: --function invokes the deployed function (AWS),\n' +
-      '     otherwise the job runs in this process (mail to --smtp, else the running serve)\n' +
+      "  3. delivers the window again as backfill does: --function invokes the job's deployed function\n" +
       'The run skips every effect done, leaves effects in doubt in doubt, and performs the cleared ones: they\n' +
       'were refused before they were performed, so nobody gets a second email. Every write is conditioned on\n' +
       "the slot's epoch as just read and refused while a run holds a live lease.\n\n" +
       'Exit code 1 when refused (nothing written), when a --key is not a refused effect (nothing written), or\n' +
-      'when the window did not finish DONE in this process.',
+      'when the window was not delivered.',
     options: {
-      job: JOB,
+      ...JOB_OPTIONS,
       window: WINDOW,
       key: {
         type: 'string',
@@ -204,6 +222,7 @@ const COMMANDS: readonly Command[] = [
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
     },
+    localOptions: DELIVERS,
     run: effectsRedrive,
   },
   {
@@ -222,7 +241,7 @@ const COMMANDS: readonly Command[] = [
       "from --rate-start, as the schedule's StartDate.\n\n" +
       'Exit code 1 when a window is missing or incomplete: when the watchdog pages.',
     options: {
-      job: JOB,
+      ...JOB_OPTIONS,
       lookback: {
         type: 'string',
         value: 'D',
@@ -234,6 +253,7 @@ const COMMANDS: readonly Command[] = [
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
     },
+    localOptions: READS_SLOTS,
     run: watchdog,
   },
   {
@@ -247,13 +267,11 @@ const COMMANDS: readonly Command[] = [
       'unfinished (RELEASED, or RUNNING under a lease that ended). Each run carries its original scheduled\n' +
       'time and backfilled: true (recorded on the slot). Windows already DONE, FAILED or running stand, and\n' +
       'so do PARTIAL and STUCK ones: re-drive those (effects redrive).\n\n' +
-      'Locally (the state directory or --endpoint) the job runs in this process, one window at a time,\n' +
-      'through the same handler as deployed; mail goes to --smtp, else the running serve, else an SMTP\n' +
-      'server started for it. Against AWS, --function invokes the deployed function asynchronously\n' +
-      '(InvocationType Event), one invoke per window, as Scheduler does.\n\n' +
+      "--function invokes the job's deployed function asynchronously (InvocationType Event), one invoke per\n" +
+      'window, as Scheduler does.\n\n' +
       'Exit code 1 when a window was left out by the policy or did not complete.',
     options: {
-      job: JOB,
+      ...JOB_OPTIONS,
       from: RANGE.from,
       to: RANGE.to,
       'rate-start': RANGE['rate-start'],
@@ -264,6 +282,7 @@ const COMMANDS: readonly Command[] = [
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
     },
+    localOptions: DELIVERS,
     run: backfill,
   },
   {
@@ -312,6 +331,44 @@ const COMMANDS: readonly Command[] = [
     },
     run: (ctx) => schedulesSetState(ctx, 'ENABLED'),
   },
+  {
+    path: ['postgres', 'migrate'],
+    summary: "create slotguard's tables in a Postgres schema, or do nothing if they are there",
+    usage: 'slotguard postgres migrate [--schema NAME] [--print] [--iam]',
+    description:
+      "Creates the Postgres backend's tables in the schema, in one transaction, or does nothing if they are\n" +
+      'there: idempotent, and safe to run from several deploy steps at once. The runtime never creates\n' +
+      'tables: run this once per schema before the first deploy that uses it, and after each slotguard\n' +
+      'upgrade. --print prints the SQL for a DBA to review or run by hand, and connects to nothing.\n\n' +
+      'The server is DATABASE_URL, else the PG* variables (PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD,\n' +
+      'PGSSLMODE). Needs the pg package next to slotguard (npm install pg).\n\n' +
+      'Exit code 3 when the server cannot be reached or refuses the statements.',
+    options: {
+      schema: POSTGRES_OPTIONS.schema!,
+      print: { type: 'boolean', help: 'print the SQL instead of running it' },
+      iam: POSTGRES_OPTIONS.iam!,
+      ...JSON_OPTION,
+    },
+    run: (ctx) => postgresMaintenance(ctx, 'migrate'),
+  },
+  {
+    path: ['postgres', 'purge'],
+    summary: 'delete Postgres slot and effect rows past their retention (run daily)',
+    usage: 'slotguard postgres purge [--schema NAME] [--batch-size N] [--iam]',
+    description:
+      'Deletes the slot and effect rows whose retention has passed (the window plus retentionDays, 35 by\n' +
+      'default), a batch at a time so that no statement holds many locks. Postgres has no TTL: run it daily\n' +
+      '(a cron job, a scheduled task). Safe while jobs run: the runtime refuses windows older than the\n' +
+      'retention minus a day. The server is found as for migrate; needs the pg package.\n\n' +
+      'Exit code 3 when the server cannot be reached or refuses the statements.',
+    options: {
+      schema: POSTGRES_OPTIONS.schema!,
+      'batch-size': { type: 'string', value: 'N', help: 'rows per statement, 1 to 100000 (default 5000)' },
+      iam: POSTGRES_OPTIONS.iam!,
+      ...JSON_OPTION,
+    },
+    run: (ctx) => postgresMaintenance(ctx, 'purge'),
+  },
 ];
 
 const EXIT_CODES =
@@ -327,7 +384,15 @@ const TIMES =
   'Times: an instant with its zone (2026-11-30T06:00:00Z, 2026-11-30T09:00+03:00), a UTC date (2026-11-30),\n' +
   'or now, now-2h, now-7d, now+15m. A time without a zone is refused. Durations (D): 90s, 15m, 48h, 7d.';
 
-function overview(): string {
+const CATALOG =
+  'Which job (every slots, effects, backfill and watchdog command): --job ID, from your job catalog: the\n' +
+  'module exporting the JobSpec[] your CDK app builds ScheduledJobs from (its default export or one named\n' +
+  `export; MODULE#name picks one). The first of: --catalog MODULE, ${CATALOG_ENV}, { "catalog": MODULE }\n` +
+  `in your project's ${CONFIG_FILE}, or its package.json's "slotguard" field. With none, against a\n` +
+  "table in AWS (--table alone): from the job's deployed schedules. Plain Node loads .js and .mjs: for a\n" +
+  '.ts catalog give its compiled .js, or use a Node that strips types (22.18+, 23.6+).';
+
+function overview(localRuns: LocalRuns | undefined): string {
   const width = Math.max(...COMMANDS.map((c) => c.path.join(' ').length));
   return [
     'Usage: slotguard <command> [options]    (npx slotguard …; slotguard <command> --help for its options)',
@@ -338,10 +403,11 @@ function overview(): string {
     'Commands:',
     ...COMMANDS.map((c) => `  ${c.path.join(' ').padEnd(width)}  ${c.summary}`),
     '',
+    CATALOG,
+    '',
     'Where the slots are (every slots, effects, backfill and watchdog command):',
-    ...optionLines(BACKEND_OPTIONS),
-    '  With none of these: the running `npm start -- serve` (its endpoint is in .slotguard/serve.json), else',
-    '  the tables it keeps in .slotguard/dynamodb.',
+    ...optionLines({ ...BACKEND_OPTIONS, ...localRuns?.backendOptions }),
+    ...(localRuns?.defaultBackendHelp ?? ['  One of --table, --endpoint or --backend postgres is required.']),
     '',
     TIMES,
     '',
@@ -349,15 +415,26 @@ function overview(): string {
   ].join('\n');
 }
 
-function commandHelp(command: Command): string {
+/** The command's options, with the LocalRuns groups it takes when the CLI has them. */
+function optionsOf(command: Command, localRuns: LocalRuns | undefined): Record<string, OptionSpec> {
+  if (!localRuns) return command.options;
+  const groups: LocalOptionGroups = {
+    backend: localRuns.backendOptions,
+    delivery: localRuns.deliveryOptions,
+  };
+  return Object.assign({}, command.options, ...(command.localOptions ?? []).map((group) => groups[group]));
+}
+
+function commandHelp(command: Command, localRuns: LocalRuns | undefined): string {
+  const delivers = localRuns && command.localOptions?.includes('delivery');
   return [
     `Usage: ${command.usage}`,
     '',
     command.description,
+    ...(delivers ? ['', localRuns.deliveryHelp] : []),
     '',
     'Options:',
-    ...optionLines(command.options),
-    '  -h, --help        this text',
+    ...optionLines({ ...optionsOf(command, localRuns), help: { type: 'boolean', help: 'this text' } }),
     '',
     TIMES,
     '',
@@ -367,7 +444,7 @@ function commandHelp(command: Command): string {
 
 function optionLines(options: Record<string, OptionSpec>): string[] {
   const entries = Object.entries(options).map(([name, spec]) => [
-    `--${name}${spec.value ? ` ${spec.value}` : ''}`,
+    `${name === 'help' ? '-h, ' : ''}--${name}${spec.value ? ` ${spec.value}` : ''}`,
     spec.help,
   ]);
   const width = Math.max(...entries.map(([flag]) => flag!.length));
@@ -387,7 +464,7 @@ export async function main(argv: readonly string[], io: CliIo): Promise<number> 
       const group = COMMANDS.filter(
         (c) => c.path[0] === words[0] || (words[0] === 'help' && c.path[0] === words[1]),
       );
-      io.stdout.write(`${group.length > 0 ? groupHelp(group) : overview()}\n`);
+      io.stdout.write(`${group.length > 0 ? groupHelp(group) : overview(io.localRuns)}\n`);
       return argv.length === 0 ? ExitCode.Usage : ExitCode.Ok;
     }
     const known = COMMANDS.map((c) => c.path.join(' ')).join(', ');
@@ -397,13 +474,13 @@ export async function main(argv: readonly string[], io: CliIo): Promise<number> 
     return ExitCode.Usage;
   }
   if (wantsHelp) {
-    io.stdout.write(`${commandHelp(command)}\n`);
+    io.stdout.write(`${commandHelp(command, io.localRuns)}\n`);
     return ExitCode.Ok;
   }
   let values: OptionValues;
   try {
     const options = Object.fromEntries(
-      Object.entries(command.options).map(([name, spec]) => [
+      Object.entries(optionsOf(command, io.localRuns)).map(([name, spec]) => [
         name,
         { type: spec.type, ...(spec.multiple ? { multiple: true } : {}) },
       ]),

@@ -23,7 +23,7 @@ const OPTION_OF_INPUT = {
  * missing or incomplete, as WindowMissing and WindowIncomplete would page.
  */
 export async function watchdog(ctx: CommandContext): Promise<number> {
-  const { spec } = ctx.job();
+  const { spec } = await ctx.job();
   const lookbackMs = ctx.duration('lookback', DEFAULT_LOOKBACK_MS);
   const graceMs = ctx.duration('grace', DEFAULT_GRACE_MS);
   const deadlineMs = ctx.deadlineMs(spec);

@@ -1,17 +1,22 @@
 import { randomUUID } from 'node:crypto';
 import { InvokeCommand, LambdaClient, LambdaServiceException } from '@aws-sdk/client-lambda';
-import { findLocalJob, LOCAL_JOB_DEFAULTS } from '../functions/local-jobs.js';
-import { LocalRunner, type WindowReport } from '../local/local-runner.js';
-import { type SmtpSink, startSmtpSink } from '../local/smtp-sink.js';
-import { systemClock } from '../shared/clock.js';
-import { smtpSender } from '../shared/effects/smtp-email-sender.js';
-import type { SlotBackend } from '../shared/job/run-slot.js';
 import type { SchedulerEvent } from '../shared/job/scheduler-event.js';
-import { SlotState } from '../shared/slot/ports.js';
+import type { SlotState } from '../shared/slot/ports.js';
 import { windowOf } from '../shared/slot/slot.js';
 import type { CliBackend } from './cli-backend.js';
-import { CliError, count, ExitCode, usageError } from './cli-support.js';
+import { CliError, ExitCode, usageError } from './cli-support.js';
 import type { CommandContext } from './command.js';
+
+/** What a window run in this process came to, counted from the store (and the SMTP server). */
+export interface InProcessReport {
+  /** The slot's state after the run (MISSED when nothing claimed it). */
+  readonly state: SlotState | 'MISSED';
+  readonly epoch: number;
+  readonly done: number;
+  readonly inDoubt: number;
+  /** Emails the SMTP server accepted for the window, when the run's server counts them. */
+  readonly delivered: number | undefined;
+}
 
 /** One window to deliver, and what became of its delivery (filled in by deliverWindows). */
 export interface WindowDelivery {
@@ -25,7 +30,7 @@ export interface WindowDelivery {
    * In-process deliveries: the window's report, counted from the store and the SMTP server.
    * @default unset (and never set by an invoke)
    */
-  report?: WindowReport;
+  report?: InProcessReport;
   /**
    * Queued (AWS), or finished DONE (in process).
    * @default unset until the window is delivered
@@ -34,12 +39,20 @@ export interface WindowDelivery {
 }
 
 /**
- * Refuses, before anything is read or written, to run a job in this process against a table in
- * AWS: there the deployed function must do it (`--function`).
+ * Refuses, before anything is read or written, to run a job in this process where it cannot: against
+ * a table in AWS, where the deployed function must do it (`--function`), and anywhere when the CLI
+ * has no job code to run (an installed package: no LocalRuns).
  */
 export function assertDeliverable(ctx: CommandContext, command: string, alternative?: string): void {
-  const inAws = ctx.text('table') !== undefined && !ctx.text('endpoint') && !ctx.env.DYNAMODB_ENDPOINT;
-  if (inAws && !ctx.text('function')) {
+  if (ctx.text('function')) return;
+  if (!ctx.io.localRuns) {
+    throw usageError(
+      `${command} delivers each window by invoking the job's deployed function: pass --function NAME (the ` +
+        "function ScheduledJob deployed for the job; `slotguard schedules list` shows each schedule's target)" +
+        `${alternative ? `, or ${alternative}` : ''}. This CLI runs no job code itself. Nothing was read or written.`,
+    );
+  }
+  if (ctx.inAws()) {
     throw usageError(
       `table ${ctx.text('table')} is in AWS: ${command} there invokes the deployed function; pass --function NAME ` +
         `(the schedule's target, as \`slotguard schedules list\` shows it)${alternative ? `, or ${alternative}` : ''}. ` +
@@ -51,9 +64,8 @@ export function assertDeliverable(ctx: CommandContext, command: string, alternat
 /**
  * Delivers each window again, oldest first, the way the schedule would: with `--function`, an
  * asynchronous invoke of the deployed function per window (its event carries the window's
- * scheduled time and `backfilled: true`); otherwise in this process, through the same handler as
- * deployed (the local runner), with mail to `--smtp`, the running serve's server, or one started
- * for it. `purpose` prefixes the execution id the slot records.
+ * scheduled time and `backfilled: true`); otherwise in this process (LocalRuns; assertDeliverable
+ * has refused already where there are none). `purpose` prefixes the execution id the slot records.
  */
 export async function deliverWindows(
   ctx: CommandContext,
@@ -64,7 +76,8 @@ export async function deliverWindows(
 ): Promise<void> {
   const functionName = ctx.text('function');
   if (functionName) await invokeDeployed(ctx, purpose, jobId, functionName, rows);
-  else await runLocally(ctx, jobId, backend.slots, backend.serveSmtp, rows);
+  else if (ctx.io.localRuns) await ctx.io.localRuns.deliver(ctx, jobId, backend, rows);
+  else throw new Error('deliverWindows without --function or LocalRuns: assertDeliverable was not called');
 }
 
 /** As Scheduler does: an asynchronous invoke (InvocationType Event) per window, oldest first. */
@@ -113,67 +126,4 @@ async function invokeDeployed(
   } finally {
     lambda.destroy();
   }
-}
-
-/**
- * In this process, through the same handler as deployed (the local runner, one replica, no faults),
- * one window at a time, oldest first. Mail goes to --smtp, else the running serve's server, else a
- * server started for the backfill, whose counts are shown.
- */
-async function runLocally(
-  ctx: CommandContext,
-  jobId: string,
-  slots: SlotBackend,
-  serveSmtp: { host: string; port: number } | undefined,
-  rows: WindowDelivery[],
-): Promise<void> {
-  const job = findLocalJob(jobId, {
-    customers: positive(ctx.text('recipients'), 'recipients') ?? LOCAL_JOB_DEFAULTS.customers,
-    invoicesPerWindow: positive(ctx.text('invoices'), 'invoices') ?? LOCAL_JOB_DEFAULTS.invoicesPerWindow,
-  });
-  const given = ctx.text('smtp');
-  let target = serveSmtp;
-  if (given) {
-    const match = /^([^:]+):(\d+)$/.exec(given);
-    if (!match) throw usageError(`--smtp is ${JSON.stringify(given)}; give host:port, e.g. 127.0.0.1:2525`);
-    target = { host: match[1]!, port: Number(match[2]) };
-  }
-  let sink: SmtpSink | undefined;
-  if (!target) {
-    sink = await startSmtpSink();
-    target = { host: sink.host, port: sink.port };
-    ctx.warn(
-      `mail goes to an SMTP server started for this backfill on ${sink.host}:${sink.port}; its counts are shown`,
-    );
-  }
-  const mail = target;
-  try {
-    const runner = new LocalRunner({
-      jobs: [job],
-      backend: slots,
-      senderFor: (from) => smtpSender({ host: mail.host, port: mail.port, from, maxConnections: 8 }),
-      ...(sink ? { sink } : {}),
-      replicas: 1,
-      clock: ctx.io.clock ?? systemClock,
-    });
-    // One window at a time: in the order the schedule would have run them.
-    for (const row of rows) {
-      const report = await runner.fire(job, row.window, { backfilled: true });
-      row.report = report;
-      row.ok = report.state === SlotState.Done;
-      row.result =
-        `${report.state} epoch ${report.epoch}; effects ${count(report.done)} done, ${count(report.inDoubt)} in doubt` +
-        (report.delivered !== undefined ? `; ${count(report.delivered)} emails delivered` : '');
-    }
-  } finally {
-    await sink?.close();
-  }
-}
-
-function positive(value: string | undefined, name: string): number | undefined {
-  if (value === undefined) return undefined;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1)
-    throw usageError(`--${name} is ${JSON.stringify(value)}; give a whole number of at least 1`);
-  return n;
 }

@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import {
   GetScheduleCommand,
@@ -12,6 +12,8 @@ import {
 } from '@aws-sdk/client-scheduler';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { CliIo } from '../../cli/cli-support.js';
+import { repositoryLocalRuns } from '../../cli/repository-local-runs.js';
 import { main } from '../../cli/slotguard.js';
 import { jobCatalog } from '../../functions/catalog.js';
 import { localJob } from '../../functions/local-jobs.js';
@@ -22,6 +24,7 @@ import { type SmtpSink, startSmtpSink } from '../../local/smtp-sink.js';
 import { smtpSender } from '../../shared/effects/smtp-email-sender.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { ManualClock } from '../helpers/manual-clock.js';
+import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 
 const dynamo = useDynamo();
 // One mock for the file: a second mockClient of the same class would take the stub over from the first.
@@ -60,7 +63,16 @@ async function world(clock: ManualClock) {
   return { backend, runner, where };
 }
 
-async function cli(argv: string[], clock = new ManualClock(at('07:00'))) {
+/**
+ * Runs one command line in-process, as the bin does in this repository: with the local runner's
+ * side (repositoryLocalRuns) and the example app's catalog (slotguard.config.json at the root).
+ * `host` replaces parts of that: `{ localRuns: undefined }` is the CLI as an installed package runs it.
+ */
+async function cli(
+  argv: string[],
+  clock = new ManualClock(at('07:00')),
+  host: Pick<CliIo, 'env' | 'cwd' | 'localRuns'> = {},
+) {
   let out = '';
   let err = '';
   const code = await main(argv, {
@@ -68,6 +80,8 @@ async function cli(argv: string[], clock = new ManualClock(at('07:00'))) {
     stderr: { write: (text: string) => (err += text) },
     clock,
     env: {},
+    localRuns: repositoryLocalRuns,
+    ...host,
   });
   return { code, out, err };
 }
@@ -891,6 +905,27 @@ describe('slotguard schedules', () => {
       Input: JSON.stringify({ jobId: 'weekly-report', scheduledTime: '<aws.scheduler.scheduled-time>' }),
     },
   };
+  /** The schedule that audits weekly-report every 15 minutes, as ScheduledJob deploys it next to the job's. */
+  const weeklyWatchdog = {
+    Name: 'SlotguardweeklyreportWatchdogSchedule5E6F',
+    GroupName: 'SlotguardWatchdogScheduleGroup7A8B',
+    ScheduleExpression: 'rate(15 minutes)',
+    State: 'ENABLED' as const,
+    Description: 'slotguard watchdog of job weekly-report',
+    FlexibleTimeWindow: { Mode: 'OFF' as const },
+    Target: {
+      Arn: 'arn:aws:lambda:eu-west-1:123456789012:function:Slotguard-watchdog',
+      RoleArn: 'arn:aws:iam::123456789012:role/watchdog-scheduler',
+      Input: JSON.stringify({
+        kind: 'watchdog',
+        jobId: 'weekly-report',
+        schedule: { expression: 'cron(0 9 ? * MON *)', timeZone: 'Europe/Moscow' },
+        deadlineSeconds: 21_600,
+        graceSeconds: 900,
+        lookbackHours: 48,
+      }),
+    },
+  };
   const other = {
     Name: 'nightly-backup',
     GroupName: 'default',
@@ -905,13 +940,10 @@ describe('slotguard schedules', () => {
 
   function deployed() {
     scheduler.on(ListSchedulesCommand).resolves({
-      Schedules: [
-        { Name: weekly.Name, GroupName: weekly.GroupName },
-        { Name: other.Name, GroupName: other.GroupName },
-      ],
+      Schedules: [weekly, weeklyWatchdog, other].map(({ Name, GroupName }) => ({ Name, GroupName })),
     });
-    scheduler.on(GetScheduleCommand, { Name: weekly.Name }).resolves(weekly);
-    scheduler.on(GetScheduleCommand, { Name: other.Name }).resolves(other);
+    for (const schedule of [weekly, weeklyWatchdog, other])
+      scheduler.on(GetScheduleCommand, { Name: schedule.Name }).resolves(schedule);
   }
 
   it('lists the deployed schedules with the job each runs and its next fire', async () => {
@@ -922,21 +954,29 @@ describe('slotguard schedules', () => {
       /weekly-report\s+ENABLED\s+cron\(0 9 \? \* MON \*\)\s+Europe\/Moscow\s+2026-11-30T06:00:00Z\s+SlotguardweeklyreportSchedule1A2B/,
     );
     expect(out.out).toMatch(
+      /weekly-report \(watchdog\)\s+ENABLED\s+rate\(15 minutes\)\s+UTC\s+2026-11-29T12:15:00Z\s+SlotguardweeklyreportWatchdogSchedule5E6F/,
+    );
+    expect(out.out).toMatch(
       /-\s+DISABLED\s+rate\(1 day\)\s+UTC\s+paused\s+nightly-backup\s+default\s+function:backup|-\s+DISABLED\s+rate\(1 day\)\s+UTC\s+paused\s+nightly-backup\s+default\s+backup/,
     );
-    const json = JSON.parse(
-      (await cli(['schedules', 'list', '--job', 'weekly-report', '--json'])).out,
-    ) as unknown[];
-    expect(json).toHaveLength(1);
+    const json = JSON.parse((await cli(['schedules', 'list', '--job', 'weekly-report', '--json'])).out) as {
+      name: string;
+      role: string;
+    }[];
+    expect(json.map((s) => [s.role, s.name])).toEqual([
+      ['job', weekly.Name],
+      ['watchdog', weeklyWatchdog.Name],
+    ]);
   });
 
-  it('pauses a job’s schedule by job id, sending its definition back unchanged but the state', async () => {
+  it('pauses a job’s schedule by job id, not its watchdog’s, sending its definition back unchanged but the state', async () => {
     deployed();
     scheduler.on(UpdateScheduleCommand).resolves({ ScheduleArn: 'arn:aws:scheduler:::schedule/x' });
     const out = await cli(['schedules', 'pause', '--job', 'weekly-report']);
     expect(out.code).toBe(0);
     expect(out.out).toContain("paused job weekly-report's schedule SlotguardweeklyreportSchedule1A2B");
     expect(out.out).toContain('ENABLED → DISABLED');
+    expect(scheduler.commandCalls(UpdateScheduleCommand)).toHaveLength(1);
     const [update] = scheduler.commandCalls(UpdateScheduleCommand);
     expect(update!.args[0].input).toEqual({
       Name: weekly.Name,
@@ -989,17 +1029,83 @@ describe('slotguard schedules', () => {
       'EventBridge Scheduler refused the request (AccessDeniedException: not authorized)',
     );
   });
+
+  describe('with no catalog, against a table in AWS', () => {
+    /** The CLI as a team runs it from a directory with no catalog: installed, its project naming none. */
+    async function uncatalogued() {
+      return { cwd: await teamProject({}), localRuns: undefined };
+    }
+    /** weekly-report's windows of a range that ends before it starts: refused right after the job is read, before any table is. */
+    const BACKWARDS_AGAINST_AWS = [
+      'slots',
+      'list',
+      '--job',
+      'weekly-report',
+      '--table',
+      'prod-claims',
+      '--from',
+      'now',
+      '--to',
+      'now-7d',
+    ];
+
+    it("reads the job's schedule, time zone and deadline from its deployed schedules", async () => {
+      deployed();
+      const out = await cli(BACKWARDS_AGAINST_AWS, undefined, await uncatalogued());
+
+      expect(out.code).toBe(2);
+      expect(out.err).toContain(
+        `note: no catalog named; job weekly-report is read from its deployed schedule ${weekly.Name} (group ` +
+          `${weekly.GroupName}): cron(0 9 ? * MON *) Europe/Moscow, deadline 360 min.`,
+      );
+      expect(out.err).toContain('--to (2026-11-23T07:00:00Z) must be after --from (2026-11-30T07:00:00Z)');
+      expect(scheduler.commandCalls(GetScheduleCommand)).toHaveLength(3);
+    });
+
+    it('exits 2 for a job no deployed schedule runs, and lists the deployed ones when --job is missing', async () => {
+      deployed();
+      const host = await uncatalogued();
+      const table = ['--table', 'prod-claims', '--region', 'eu-west-1', '--from', 'now-1d', '--to', 'now'];
+
+      const unknown = await cli(['slots', 'list', '--job', 'payment-reminder', ...table], undefined, host);
+      expect(unknown.code).toBe(2);
+      expect(unknown.err).toContain(
+        'no catalog is named, and no deployed schedule in eu-west-1 runs job "payment-reminder" (the jobs ' +
+          'deployed there are weekly-report); check --job and --region, or give --catalog',
+      );
+
+      const missing = await cli(['slots', 'list', ...table], undefined, host);
+      expect(missing.code).toBe(2);
+      expect(missing.err).toContain('--job is missing; the jobs deployed in eu-west-1 are weekly-report');
+    });
+
+    it('asks Scheduler nothing when a catalog is named, and nothing for a local endpoint', async () => {
+      deployed();
+      const named = await cli(BACKWARDS_AGAINST_AWS);
+      expect(named.code).toBe(2);
+      expect(named.err).not.toContain('note: no catalog named');
+
+      const local = await cli(
+        ['slots', 'list', '--job', 'weekly-report', '--from', 'now', '--to', 'now-1d', ...DEAD_ENDPOINT],
+        undefined,
+        await uncatalogued(),
+      );
+      expect(local.code).toBe(2);
+      expect(local.err).toContain('none is named: give --catalog');
+      expect(scheduler.commandCalls(ListSchedulesCommand)).toHaveLength(0);
+    });
+  });
 });
 
 describe('slotguard usage, help and an unreachable backend', () => {
   it.each([
     [
       ['slots', 'list', '--from', 'now-1d', '--to', 'now'],
-      /--job is missing; the jobs are weekly-report, payment-reminder/,
+      /--job is missing; the jobs in \.\/functions\/catalog\.ts \(slotguard\.config\.json\) are weekly-report, payment-reminder/,
     ],
     [
       ['slots', 'show', '--job', 'nightly', '--window', '2026-11-30T06:00:00Z'],
-      /there is no job "nightly" in functions\/catalog.ts/,
+      /there is no job "nightly" in \.\/functions\/catalog\.ts \(slotguard\.config\.json\); the jobs are weekly-report, payment-reminder/,
     ],
     [
       ['slots', 'show', '--job', 'weekly-report', '--window', '2026-11-30T09:00'],
@@ -1142,5 +1248,352 @@ describe('slotguard usage, help and an unreachable backend', () => {
     });
     expect(run.status).toBe(0);
     expect(run.stdout).toContain('Usage: slotguard slots release --job ID --window T [--force]');
+  });
+});
+
+/** The job catalog of a team that installed slotguard: its own job, none of the example app's. */
+const DIGEST_CATALOG = `export const jobCatalog = [
+  {
+    id: 'daily-digest',
+    description: 'The daily digest, 07:00 Berlin time',
+    schedule: { expression: 'cron(0 7 * * ? *)', timeZone: 'Europe/Berlin' },
+    entry: 'src/digest-handler.ts',
+    deadlineMinutes: 120,
+  },
+];
+`;
+
+/**
+ * A team's project in a temporary directory: a package.json (without a "slotguard" field unless
+ * `files` gives one) and `files`, by path. Removed after the file's tests.
+ */
+const projects: string[] = [];
+afterAll(() => Promise.all(projects.map((dir) => rm(dir, { recursive: true, force: true }))));
+async function teamProject(files: Record<string, string>): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'slotguard-team-'));
+  projects.push(dir);
+  const all = { 'package.json': JSON.stringify({ name: 'digest-app', type: 'module' }), ...files };
+  for (const [path, text] of Object.entries(all)) {
+    await mkdir(dirname(join(dir, path)), { recursive: true });
+    await writeFile(join(dir, path), text);
+  }
+  return dir;
+}
+
+/** The daily digest's window of 2026-11-29 (07:00 Berlin), DONE with two subscribers emailed. */
+async function digestTableWithOneDoneWindow() {
+  const table = await dynamo.freshTable('team');
+  const store = await openLocalBackend({ endpoint: dynamo.endpoint, tableName: table });
+  opened.push(store);
+  const window = '2026-11-29T06:00:00Z';
+  const claimed = await store.backend.claims.claim(
+    { jobId: 'daily-digest', window },
+    {
+      owner: 'digest-fn/1',
+      leaseMs: 60_000,
+      maxAttempts: 3,
+      expiresAtSeconds: Date.parse(window) / 1000 + 35 * 86_400,
+      deadline: Date.parse(window) + 7_200_000,
+      delivery: {},
+    },
+    Date.parse(window) + 1_000,
+  );
+  if (claimed.kind !== 'claimed') throw new Error(claimed.kind);
+  const hashes = ['s1', 's2'].map((id) => store.backend.hashKey(id));
+  for (const hash of hashes)
+    await store.backend.ledger.reserve(claimed.claim, hash, { rerunInDoubt: false, now: Date.parse(window) });
+  await store.backend.ledger.markDone(claimed.claim, hashes);
+  await store.backend.claims.complete(
+    claimed.claim,
+    { done: 2, inDoubt: 0, failed: 0, inDoubtKeys: [], failedKeys: [], runs: 1 },
+    Date.parse(window) + 5_000,
+  );
+  return ['--endpoint', dynamo.endpoint, '--table', table];
+}
+
+const DIGEST_RANGE = ['--from', '2026-11-28', '--to', '2026-11-30T12:00Z'];
+/** Where nothing answers: a command that got as far as connecting would exit 3, not 2. */
+const DEAD_ENDPOINT = ['--endpoint', 'http://127.0.0.1:9'];
+
+describe("slotguard on a team's own job catalog, as an installed package runs it", () => {
+  it("lists and shows a team's job from the catalog module --catalog names, with no example app and no local runner", async () => {
+    const project = await teamProject({ 'src/catalog.mjs': DIGEST_CATALOG });
+    const where = await digestTableWithOneDoneWindow();
+    const installed = { cwd: project, localRuns: undefined };
+    const catalog = ['--job', 'daily-digest', '--catalog', './src/catalog.mjs'];
+
+    const listed = await cli(
+      ['slots', 'list', ...catalog, ...DIGEST_RANGE, ...where, '--json'],
+      undefined,
+      installed,
+    );
+    expect(listed.code, listed.err).toBe(1);
+    const parsed = JSON.parse(listed.out) as {
+      job: string;
+      schedule: string;
+      windows: { window: string; local: string; state: string; effectCounts: { done: number } }[];
+    };
+    expect(parsed.job).toBe('daily-digest');
+    expect(parsed.windows.map((w) => [w.window, w.local, w.state, w.effectCounts.done])).toEqual([
+      ['2026-11-28T06:00:00Z', 'Sat 2026-11-28 07:00 Europe/Berlin', 'MISSED', 0],
+      ['2026-11-29T06:00:00Z', 'Sun 2026-11-29 07:00 Europe/Berlin', 'DONE', 2],
+      ['2026-11-30T06:00:00Z', 'Mon 2026-11-30 07:00 Europe/Berlin', 'MISSED', 0],
+    ]);
+
+    const shown = await cli(
+      ['slots', 'show', ...catalog, '--window', '2026-11-29T06:00:00Z', ...where],
+      undefined,
+      installed,
+    );
+    expect(shown.code, shown.err).toBe(0);
+    expect(shown.out).toContain('daily-digest 2026-11-29T06:00:00Z (Sun 2026-11-29 07:00 Europe/Berlin)');
+    expect(shown.out).toContain('state        DONE');
+    expect(shown.out).toContain('effects: 2 done, 0 in doubt');
+  });
+
+  it.each([
+    [
+      'SLOTGUARD_CATALOG',
+      { 'src/catalog.mjs': DIGEST_CATALOG },
+      { SLOTGUARD_CATALOG: 'src/catalog.mjs' },
+      '',
+    ],
+    [
+      'slotguard.config.json, from a subdirectory',
+      { 'slotguard.config.json': '{ "catalog": "./src/catalog.mjs" }', 'src/catalog.mjs': DIGEST_CATALOG },
+      {},
+      'src',
+    ],
+    [
+      'the "slotguard" field of package.json, from a subdirectory',
+      {
+        'package.json': JSON.stringify({ name: 'digest-app', slotguard: { catalog: './src/catalog.mjs' } }),
+        'src/catalog.mjs': DIGEST_CATALOG,
+      },
+      {},
+      'src',
+    ],
+  ])('finds the catalog without --catalog through %s', async (_, files, env, subdirectory) => {
+    const project = await teamProject(files);
+    const where = await digestTableWithOneDoneWindow();
+
+    const listed = await cli(
+      ['slots', 'list', '--job', 'daily-digest', ...DIGEST_RANGE, ...where, '--json'],
+      undefined,
+      { cwd: join(project, subdirectory), env, localRuns: undefined },
+    );
+
+    expect(listed.code, listed.err).toBe(1);
+    const windows = (JSON.parse(listed.out) as { windows: { state: string }[] }).windows;
+    expect(windows.map((w) => w.state)).toEqual(['MISSED', 'DONE', 'MISSED']);
+  });
+
+  it('takes --catalog over SLOTGUARD_CATALOG, and SLOTGUARD_CATALOG over the project’s slotguard.config.json', async () => {
+    const project = await teamProject({
+      'slotguard.config.json': '{ "catalog": "./config-catalog.mjs" }',
+      'config-catalog.mjs': DIGEST_CATALOG,
+      'env-catalog.mjs': DIGEST_CATALOG.replace("id: 'daily-digest'", "id: 'weekly-digest'"),
+    });
+    const host = { cwd: project, env: { SLOTGUARD_CATALOG: 'env-catalog.mjs' }, localRuns: undefined };
+    const show = ['slots', 'show', '--window', '2026-11-29T06:00:00Z', ...DEAD_ENDPOINT];
+
+    const fromEnv = await cli([...show, '--job', 'daily-digest'], undefined, host);
+    expect(fromEnv.code).toBe(2);
+    expect(fromEnv.err).toContain(
+      'there is no job "daily-digest" in ./env-catalog.mjs (SLOTGUARD_CATALOG); the jobs are weekly-digest',
+    );
+
+    const given = await cli(
+      [...show, '--job', 'daily-digest', '--catalog', 'config-catalog.mjs'],
+      undefined,
+      host,
+    );
+    expect(given.code).toBe(3); // past the catalog: the dead endpoint is what stops it
+    expect(given.err).toContain('DynamoDB at http://127.0.0.1:9');
+  });
+
+  it.each([
+    [
+      'a catalog module that does not exist',
+      {},
+      ['--catalog', './dist/catalog.mjs'],
+      /--catalog "\.\/dist\/catalog\.mjs": there is no such file \(\/.*\/dist\/catalog\.mjs\)/,
+    ],
+    [
+      'a module that exports no job list',
+      { 'catalog.mjs': 'export const helper = () => 1;\nexport const retries = 3;\n' },
+      ['--catalog', 'catalog.mjs'],
+      /\.\/catalog\.mjs \(--catalog\) exports no job list: .*its exports are helper \(function\), retries \(number\)/,
+    ],
+    [
+      'a job id that is not in it',
+      { 'catalog.mjs': DIGEST_CATALOG },
+      ['--catalog', 'catalog.mjs', '--job', 'nightly-export'],
+      /there is no job "nightly-export" in \.\/catalog\.mjs \(--catalog\); the jobs are daily-digest/,
+    ],
+    [
+      'a module that exports two job lists, without #name',
+      {
+        'catalog.mjs': `${DIGEST_CATALOG}export const retired = [{ id: 'old', schedule: { expression: 'rate(1 day)' } }];\n`,
+      },
+      ['--catalog', 'catalog.mjs'],
+      /exports 2 job lists \(jobCatalog, retired\); name one after #, e\.g\. --catalog '<module>#jobCatalog'/,
+    ],
+    [
+      'a #name that is not a job list',
+      { 'catalog.mjs': DIGEST_CATALOG },
+      ['--catalog', 'catalog.mjs#jobs'],
+      /its export "jobs" is missing, not a list of JobSpecs; its exports are jobCatalog \(job list\)/,
+    ],
+    [
+      'a catalog that throws when loaded',
+      { 'catalog.mjs': "throw new Error('DIGEST_DB_URL is not set');\n" },
+      ['--catalog', 'catalog.mjs'],
+      /--catalog "catalog\.mjs": loading .*catalog\.mjs failed \(Error: DIGEST_DB_URL is not set\); fix the module/,
+    ],
+    [
+      'a job whose schedule cannot be read',
+      { 'catalog.mjs': DIGEST_CATALOG.replace('cron(0 7 * * ? *)', 'cron(0 7 * *)') },
+      ['--catalog', 'catalog.mjs'],
+      /job daily-digest in \.\/catalog\.mjs \(--catalog\) has a schedule the CLI cannot read \(cron\(0 7 \* \*\)\)/,
+    ],
+    [
+      'no catalog named anywhere',
+      {},
+      [],
+      /the CLI reads job "daily-digest" from your job catalog, and none is named: give --catalog/,
+    ],
+    [
+      'a misspelt slotguard.config.json',
+      { 'slotguard.config.json': '{ "catalogue": "./catalog.mjs" }' },
+      [],
+      /slotguard\.config\.json in \/.*\/slotguard\.config\.json is {"catalogue":"\.\/catalog\.mjs"}; the CLI reads one field from it, "catalog"/,
+    ],
+  ])('exits 2 before it connects, naming the fix, for %s', async (_, files, args, message) => {
+    const project = await teamProject(files);
+
+    const out = await cli(
+      [
+        'slots',
+        'show',
+        '--job',
+        'daily-digest',
+        '--window',
+        '2026-11-29T06:00:00Z',
+        ...DEAD_ENDPOINT,
+        ...args,
+      ],
+      undefined,
+      { cwd: project, localRuns: undefined },
+    );
+
+    expect(out.code).toBe(2);
+    expect(out.err).toMatch(message);
+    expect(out.err).not.toContain('did not answer');
+  });
+
+  it('picks one export of several with #name', async () => {
+    const project = await teamProject({
+      'catalog.mjs': `${DIGEST_CATALOG}export const retired = [{ id: 'old', schedule: { expression: 'rate(1 day)' } }];\n`,
+    });
+    const where = await digestTableWithOneDoneWindow();
+
+    const listed = await cli(
+      [
+        'slots',
+        'list',
+        '--job',
+        'daily-digest',
+        '--catalog',
+        'catalog.mjs#jobCatalog',
+        ...DIGEST_RANGE,
+        ...where,
+      ],
+      undefined,
+      { cwd: project, localRuns: undefined },
+    );
+
+    expect(listed.code, listed.err).toBe(1);
+    expect(listed.out).toMatch(/2026-11-29T06:00:00Z\s+Sun 2026-11-29 07:00 Europe\/Berlin\s+DONE/);
+  });
+
+  it('asks for a backend option, and for --function to deliver, instead of reaching for the local runner', async () => {
+    const project = await teamProject({ 'catalog.mjs': DIGEST_CATALOG });
+    const installed = { cwd: project, localRuns: undefined };
+    const job = ['--job', 'daily-digest', '--catalog', 'catalog.mjs'];
+
+    const nowhere = await cli(['slots', 'list', ...job, ...DIGEST_RANGE], undefined, installed);
+    expect(nowhere.code).toBe(2);
+    expect(nowhere.err).toContain('name the claims backend: --table NAME (your ClaimsTable in AWS');
+
+    const backfilled = await cli(
+      ['backfill', ...job, ...DIGEST_RANGE, ...DEAD_ENDPOINT],
+      undefined,
+      installed,
+    );
+    expect(backfilled.code).toBe(2);
+    expect(backfilled.err).toContain(
+      "backfill delivers each window by invoking the job's deployed function: pass --function NAME",
+    );
+    expect(backfilled.err).toContain('Nothing was read or written.');
+
+    const help = await cli(['backfill', '--help'], undefined, installed);
+    expect(help.out).toContain('--catalog MODULE');
+    expect(help.out).not.toMatch(/--state-dir|--smtp|--recipients|--invoices/);
+    const repositoryHelp = await cli(['backfill', '--help']);
+    expect(repositoryHelp.out).toMatch(/--state-dir DIR[\s\S]*--smtp HOST:PORT/);
+  });
+});
+
+describe('slotguard postgres migrate and purge', () => {
+  let server: PostgresServer;
+  beforeAll(async () => {
+    server = await startPostgres();
+  });
+  afterAll(() => server?.close());
+
+  it('creates the schema once, does nothing the second time, and purges nothing fresh', async () => {
+    const schema = server.uniqueSchemaName('cli_migrate');
+    const env = { env: { DATABASE_URL: server.connectionString } };
+
+    const first = await cli(['postgres', 'migrate', '--schema', schema], undefined, env);
+    expect(first.code, first.err).toBe(0);
+    expect(first.out).toMatch(new RegExp(`^migrated schema ${schema} to version \\d+\\.`));
+    const tables = await server.sql<{ table_name: string }>(
+      'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name',
+      [schema],
+    );
+    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'slots']);
+
+    const again = await cli(['postgres', 'migrate', '--schema', schema, '--json'], undefined, env);
+    expect(again.code).toBe(0);
+    expect(JSON.parse(again.out)).toMatchObject({ command: 'migrate', schema, applied: false });
+
+    const purged = await cli(['postgres', 'purge', '--schema', schema, '--json'], undefined, env);
+    expect(purged.code, purged.err).toBe(0);
+    expect(JSON.parse(purged.out)).toEqual({ command: 'purge', schema, slots: 0, effects: 0 });
+  });
+
+  it('prints the migration without connecting, and exits 3 when the server does not answer, 2 for a bad schema', async () => {
+    const dead = { env: { DATABASE_URL: 'postgres://slotguard:secret@127.0.0.1:9/slotguard' } };
+
+    const printed = await cli(['postgres', 'migrate', '--schema', 'reports', '--print'], undefined, dead);
+    expect(printed.code).toBe(0);
+    expect(printed.out).toContain('CREATE TABLE IF NOT EXISTS "reports".slots');
+
+    const unreachable = await cli(['postgres', 'migrate', '--schema', 'reports'], undefined, dead);
+    expect(unreachable.code).toBe(3);
+    expect(unreachable.err).toMatch(/^slotguard postgres migrate failed: .*Check DATABASE_URL/);
+    expect(unreachable.err).not.toContain('secret');
+
+    const hostile = await cli(
+      ['postgres', 'migrate', '--schema', 'x"; DROP SCHEMA public; --'],
+      undefined,
+      dead,
+    );
+    expect(hostile.code).toBe(2);
+    const batch = await cli(['postgres', 'purge', '--batch-size', '0'], undefined, dead);
+    expect(batch.code).toBe(2);
+    expect(batch.err).toContain('--batch-size is "0"; use a whole number from 1 to 100000');
   });
 });

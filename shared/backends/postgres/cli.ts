@@ -1,12 +1,12 @@
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { SlotguardError } from '../../errors.js';
-import { migrate, migrationScript, purgeExpired } from './migrate.js';
+import { ConfigurationError, SlotguardError } from '../../errors.js';
+import { type MigrateResult, migrate, migrationScript, type PurgeResult, purgeExpired } from './migrate.js';
 import { rdsIamPassword } from './postgres-auth.js';
 import { createPostgresPool, DEFAULT_SCHEMA } from './postgres-backend.js';
 import { assertSchemaName } from './sql.js';
 
-const USAGE = `usage: node --import tsx shared/backends/postgres/cli.ts <command> [options]
+const USAGE = `usage: slotguard postgres <command> [options]
 
 commands:
   migrate   create slotguard's tables in the schema, or do nothing if they exist
@@ -21,6 +21,56 @@ options:
 The connection comes from DATABASE_URL, else the PG* variables (PGHOST, PGPORT, PGDATABASE, PGUSER,
 PGPASSWORD, PGSSLMODE).`;
 
+/** The Postgres backend's maintenance commands: `slotguard postgres migrate` and `slotguard postgres purge`. */
+export type PostgresMaintenanceCommand = 'migrate' | 'purge';
+
+/** The options of the maintenance commands, as given on the command line. */
+export interface PostgresMaintenanceOptions {
+  /** @default DEFAULT_SCHEMA ('slotguard') */
+  readonly schema?: string;
+  /** migrate: return the migration's SQL for review instead of running it; connects to nothing. @default false */
+  readonly print?: boolean;
+  /** Sign an RDS IAM token for PGUSER at PGHOST:PGPORT instead of a password. @default false */
+  readonly iam?: boolean;
+  /** purge: rows per statement, a whole number from 1 to 100000. @default '5000' */
+  readonly batchSize?: string;
+}
+
+/** What a maintenance command did. */
+export type PostgresMaintenanceResult =
+  | { readonly kind: 'script'; readonly schema: string; readonly sql: string }
+  | { readonly kind: 'migrated'; readonly result: MigrateResult }
+  | { readonly kind: 'purged'; readonly schema: string; readonly result: PurgeResult };
+
+/**
+ * Runs one maintenance command on the server in DATABASE_URL (else the PG* variables), on a
+ * one-connection pool named `slotguard-cli-<command>`. Throws a ConfigurationError for bad input
+ * (a schema name, a batch size, --iam without PGHOST), and what migrate or purgeExpired throw.
+ * @example await runPostgresMaintenance('migrate', { schema: 'slotguard' }, process.env)
+ */
+export async function runPostgresMaintenance(
+  command: PostgresMaintenanceCommand,
+  options: PostgresMaintenanceOptions,
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<PostgresMaintenanceResult> {
+  const schema = options.schema ?? DEFAULT_SCHEMA;
+  assertSchemaName(schema);
+  if (command === 'migrate' && options.print) return { kind: 'script', schema, sql: migrationScript(schema) };
+  const rows = command === 'purge' ? batchSize(options.batchSize) : undefined;
+  const pool = createPostgresPool({
+    ...(env.DATABASE_URL ? { connectionString: env.DATABASE_URL } : {}),
+    ...(options.iam ? { password: iamPassword(env) } : {}),
+    applicationName: `slotguard-cli-${command}`,
+    max: 1,
+  });
+  try {
+    if (command === 'migrate') return { kind: 'migrated', result: await migrate(pool, { schema }) };
+    return { kind: 'purged', schema, result: await purgeExpired(pool, { schema, batchSize: rows }) };
+  } finally {
+    await pool.end();
+  }
+}
+
 /** What the CLI writes to; process.stdout/stderr by default. */
 export interface CliOutput {
   out(line: string): void;
@@ -33,12 +83,15 @@ const processOutput: CliOutput = {
 };
 
 /**
- * The Postgres backend's operator commands. Returns the exit code.
+ * The maintenance commands for a program that runs them itself, with their arguments as
+ * `slotguard postgres` takes them: prints the migration script, or one JSON line of what was done.
+ * Returns the exit code: 0, 1 when the command failed, 2 for bad usage. Operators run
+ * `slotguard postgres migrate|purge` (cli/postgres-commands.ts).
  * @example await runPostgresCli(['migrate', '--schema', 'slotguard'], process.env)
  */
 export async function runPostgresCli(
   argv: readonly string[],
-  env: NodeJS.ProcessEnv = process.env,
+  env: Readonly<Record<string, string | undefined>> = process.env,
   output: CliOutput = processOutput,
 ): Promise<number> {
   let parsed: ReturnType<typeof parse>;
@@ -49,29 +102,27 @@ export async function runPostgresCli(
     return 2;
   }
   const { command, values } = parsed;
-  const schema = values.schema ?? DEFAULT_SCHEMA;
   try {
-    assertSchemaName(schema);
-    if (command === 'migrate' && values.print) {
-      output.out(migrationScript(schema));
-      return 0;
-    }
-    const pool = createPostgresPool({
-      ...(env.DATABASE_URL ? { connectionString: env.DATABASE_URL } : {}),
-      ...(values.iam ? { password: iamPassword(env) } : {}),
-      applicationName: `slotguard-cli-${command}`,
-      max: 1,
-    });
-    try {
-      const result =
-        command === 'migrate'
-          ? await migrate(pool, { schema })
-          : await purgeExpired(pool, { schema, batchSize: batchSize(values['batch-size']) });
-      output.out(JSON.stringify({ command, schema, ...result }));
-      return 0;
-    } finally {
-      await pool.end();
-    }
+    const done = await runPostgresMaintenance(
+      command,
+      {
+        ...(values.schema !== undefined ? { schema: values.schema } : {}),
+        ...(values.print ? { print: true } : {}),
+        ...(values.iam ? { iam: true } : {}),
+        ...(values['batch-size'] !== undefined ? { batchSize: values['batch-size'] } : {}),
+      },
+      env,
+    );
+    output.out(
+      done.kind === 'script'
+        ? done.sql
+        : JSON.stringify({
+            command,
+            ...(done.kind === 'purged' ? { schema: done.schema } : {}),
+            ...done.result,
+          }),
+    );
+    return 0;
   } catch (error) {
     if (!(error instanceof SlotguardError) && !(error instanceof Error)) throw error;
     output.err(`${command} failed: ${error.message}`);
@@ -100,13 +151,22 @@ function parse(argv: readonly string[]) {
 function batchSize(value: string | undefined): number {
   const n = value === undefined ? 5_000 : Number(value);
   if (!Number.isInteger(n) || n < 1 || n > 100_000) {
-    throw new Error(`--batch-size is ${JSON.stringify(value)}; use a whole number from 1 to 100000`);
+    throw new ConfigurationError(
+      'batch-size',
+      `--batch-size is ${JSON.stringify(value)}; use a whole number from 1 to 100000`,
+    );
   }
   return n;
 }
 
-function iamPassword(env: NodeJS.ProcessEnv): () => Promise<string> {
-  if (!env.PGHOST || !env.PGUSER) throw new Error('--iam needs PGHOST and PGUSER (and PGPORT if not 5432)');
+function iamPassword(env: Readonly<Record<string, string | undefined>>): () => Promise<string> {
+  if (!env.PGHOST || !env.PGUSER) {
+    throw new ConfigurationError(
+      'iam',
+      `--iam needs PGHOST and PGUSER (and PGPORT if not 5432); PGHOST is ${JSON.stringify(env.PGHOST ?? null)}, ` +
+        `PGUSER ${JSON.stringify(env.PGUSER ?? null)}: set them to the RDS endpoint and the IAM database user`,
+    );
+  }
   return rdsIamPassword({
     hostname: env.PGHOST,
     username: env.PGUSER,
