@@ -94,6 +94,7 @@ export interface LocalRunnerOptions {
   /**
    * Called when an invocation fails other than by an injected fault or Lambda's time limit (the
    * job or the store threw; its message comes back 60 s × its receive count later), in words.
+   * @default none: the window's report lists them
    */
   readonly onError?: (error: string) => void;
 }
@@ -327,6 +328,13 @@ export class LocalRunner {
    * PARTIAL, FAILED or STUCK): a message left then only stands down when it comes back.
    */
   fire(job: LocalJob, window: Date, options: { readonly backfilled?: boolean } = {}): Promise<WindowReport> {
+    if (this.#stopped) {
+      return Promise.reject(
+        new RangeError(
+          'this LocalRunner is stopped and delivers nothing more; make a new one to fire a window',
+        ),
+      );
+    }
     const engine = this.#engine(job);
     let settle = () => {};
     const done = new Promise<void>((resolve) => {

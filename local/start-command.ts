@@ -70,13 +70,17 @@ export interface StartArgs {
   readonly help: boolean;
   readonly backend: LocalBackendKind;
   readonly faults: readonly FaultKind[];
+  /** @default random, printed */
   readonly seed?: number;
   readonly replicas: number;
   readonly recipients: number;
   readonly invoices: number;
   readonly concurrency: number;
+  /** @default 60, or shorter with crash or pause (see IncidentDemoOptions.leaseSeconds) */
   readonly leaseSeconds?: number;
+  /** @default unlimited */
   readonly sendRatePerSecond?: number;
+  /** @default each job's timeoutSeconds */
   readonly lambdaTimeoutSeconds?: number;
   readonly json: boolean;
   readonly outputDir: string;
