@@ -17,6 +17,7 @@ import { useDynamo } from '../helpers/dynalite.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 import { inVirtualTime, VirtualClock } from '../helpers/virtual-clock.js';
 import { InFlight } from './in-flight.js';
+import { ScaledClock } from './scaled-clock.js';
 
 const dynamo = useDynamo();
 let sink: SmtpSink;
@@ -341,6 +342,49 @@ describe('npm start -- serve', () => {
         'catch-up payment-reminder: 2 windows missed since the last start; policy once within 1440 min: ran 1, not run: 1 superseded',
       );
       expect(text).toContain('catch-up weekly-report: no window missed');
+    } finally {
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  });
+
+  it('continues a window longer than one Lambda run from the work queue, and its line shows the runs', async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), 'slotguard-serve-'));
+    try {
+      const lines: string[] = [];
+      let weeklyOver: () => void = () => {};
+      const weekly = new Promise<void>((resolve) => {
+        weeklyOver = resolve;
+      });
+      const out = {
+        write: (text: string) => {
+          lines.push(text);
+          if (text.startsWith('2026-11-30T06:00:00Z weekly-report ')) weeklyOver();
+          return true;
+        },
+      };
+      // 300 customers at 10 emails a second are 30 s of sending for 10-second invocations; the
+      // clock runs 10 times real time and starts 10 s before Monday's 09:00 Moscow (06:00Z).
+      const serve = await startServe({
+        stateDir,
+        replicas: 2,
+        customers: 300,
+        invoicesPerWindow: 3,
+        sendRatePerSecond: 10,
+        lambdaTimeoutSeconds: 10,
+        out,
+        clock: new ScaledClock(10, Date.parse('2026-11-30T05:59:50Z')),
+      });
+      await weekly;
+      await serve.stop();
+
+      const text = lines.join('');
+      expect(text).toContain("10 emails a second, Lambda's time limit 10 s");
+      const line = text.split('\n').find((l) => l.startsWith('2026-11-30T06:00:00Z weekly-report '))!;
+      expect(line).toMatch(/delivered 300 {2}duplicates 0 {2}in doubt 0 {2}DONE epoch \d+/);
+      const runs = Number(/ runs (\d+) /.exec(line)?.[1]);
+      expect(runs).toBeGreaterThanOrEqual(3);
+      expect(line).toContain(`DONE epoch ${runs}`);
+      expect(line).toMatch(/claimed by replica-\d → replica-\d\/redelivery-1 → /);
     } finally {
       await rm(stateDir, { recursive: true, force: true });
     }
