@@ -300,7 +300,8 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
     signal: lease.signal,
     mayReserve: () => {
       if (!lease.canReserve()) return 'lease-lost';
-      if (remaining && remaining() < stopMarginMs) return 'time';
+      // `<= 0` too: a margin scaled down to nothing must not let a run with no time left start.
+      if (remaining && (remaining() <= 0 || remaining() < stopMarginMs)) return 'time';
       return undefined;
     },
     inDoubtPolicy: o.inDoubtPolicy,

@@ -11,10 +11,10 @@ const WINDOW = '2026-11-30T06:00:00Z';
 const dynamo = useDynamo();
 
 /**
- * One invocation of a Lambda with a 10-second timeout, on the clock: every email takes 100 ms, one
+ * One invocation with `timeoutMs` left when it starts, on the clock: every email takes 100 ms, one
  * at a time, so the run's stop point is exact.
  */
-async function tenSecondInvocation(run: RunOptions = {}) {
+async function invocation(timeoutMs: number, run: RunOptions = {}) {
   const clock = new ManualClock(Date.parse(WINDOW) + 500);
   const sender = new CountingSender(() => clock.advance(100));
   const backend = testBackend(dynamo.client(), await dynamo.freshTable());
@@ -26,14 +26,14 @@ async function tenSecondInvocation(run: RunOptions = {}) {
   const startedAt = clock.now();
   const result = await handler(schedulerEvent('weekly-report', WINDOW), {
     awsRequestId: 'req-1',
-    getRemainingTimeInMillis: () => 10_000 - (clock.now() - startedAt),
+    getRemainingTimeInMillis: () => timeoutMs - (clock.now() - startedAt),
   });
   return { result, sender, elapsedMs: clock.now() - startedAt };
 }
 
 describe('a short Lambda timeout', () => {
   it('does not stop a 10-second invocation before its first email: the stop margin shrinks to a quarter of the time left at the claim', async () => {
-    const { result, sender, elapsedMs } = await tenSecondInvocation();
+    const { result, sender, elapsedMs } = await invocation(10_000);
 
     // A 30 s margin would have stopped it before the first email. A quarter of 10 s is 2.5 s:
     // emails start at 0, 0.1, … 7.5 s (76 of them), then the run yields inside its time.
@@ -43,7 +43,14 @@ describe('a short Lambda timeout', () => {
   });
 
   it('keeps a stopMarginMs that was set, even one longer than the invocation', async () => {
-    const { result, sender } = await tenSecondInvocation({ stopMarginMs: 30_000 });
+    const { result, sender } = await invocation(10_000, { stopMarginMs: 30_000 });
+
+    expect(result).toMatchObject({ status: 'yielded', reason: 'time', summary: { done: 0 } });
+    expect(sender.total).toBe(0);
+  });
+
+  it('sends nothing from an invocation with no time left, whose scaled margin is nothing', async () => {
+    const { result, sender } = await invocation(0);
 
     expect(result).toMatchObject({ status: 'yielded', reason: 'time', summary: { done: 0 } });
     expect(sender.total).toBe(0);
