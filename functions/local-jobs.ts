@@ -2,7 +2,7 @@ import { ConfigurationError, type EmailSender, type JobDefinition, type JobSpec 
 import { jobCatalog } from './catalog.js';
 import { PAYMENT_REMINDER_JOB_ID, paymentReminderJob, syntheticDueInvoices } from './payment-reminder/job.js';
 import { WEEKLY_REPORT_JOB_ID, weeklyReportJob } from './weekly-report/job.js';
-import { syntheticCustomers } from './weekly-report/recipients.js';
+import { syntheticCustomerSource, syntheticCustomers } from './weekly-report/recipients.js';
 
 /** One effect of a window, as the job keys it and where its email goes. */
 export interface LocalEffect {
@@ -57,7 +57,9 @@ export function localJob(spec: JobSpec, options: LocalJobOptions = {}): LocalJob
     case WEEKLY_REPORT_JOB_ID:
       return {
         spec,
-        definition: (sender) => weeklyReportJob({ customers: () => syntheticCustomers(customers), sender }),
+        // The source the deployed handler uses: a continuation reads on from its checkpoint.
+        definition: (sender) =>
+          weeklyReportJob({ customers: () => syntheticCustomerSource(customers), sender }),
         async *effects() {
           for await (const customer of syntheticCustomers(customers)) {
             yield { key: customer.email, address: customer.email };

@@ -1,20 +1,24 @@
 import { writeFileSync } from 'node:fs';
 import { findLocalJob } from '../functions/local-jobs.js';
 import { WEEKLY_REPORT_JOB_ID } from '../functions/weekly-report/job.js';
-import { systemClock } from '../shared/clock.js';
+import { type Clock, systemClock } from '../shared/clock.js';
 import { drainConcurrently } from '../shared/effects/concurrent-drain.js';
 import { isResumable } from '../shared/effects/resumable-source.js';
 import { smtpSender } from '../shared/effects/smtp-email-sender.js';
-import { SlotguardError } from '../shared/errors.js';
+import { TokenBucket } from '../shared/effects/token-bucket.js';
+import { EffectNotPerformedError, NotPerformedReason, SlotguardError } from '../shared/errors.js';
 import type { JobContext } from '../shared/job/job-definition.js';
+import { JOB_DEFAULTS } from '../shared/job/job-spec.js';
 import { windowOf } from '../shared/slot/slot.js';
 import { emfMetrics } from '../shared/telemetry/metrics.js';
 import { fileLog } from './file-log.js';
 import { type InDoubtResolution, resolveInDoubtFromMailLog } from './in-doubt-resolution.js';
 import { type LocalBackendKind, openLocalBackend } from './local-backend.js';
 import { LocalRunner, type TerminalOutput, windowSender } from './local-runner.js';
+import { rateLimitedSender } from './rate-limited-sender.js';
 import { FaultKind } from './replica-faults.js';
 import { type SmtpSink, startSmtpSink } from './smtp-sink.js';
+import { type WindowOutcome, windowOutcome } from './window-outcome.js';
 
 /** The demo's knobs: `npm start`'s flags. */
 export interface IncidentDemoOptions {
@@ -39,12 +43,41 @@ export interface IncidentDemoOptions {
    * @default 60, or with crash or pause 5 (DynamoDB), 15 (Postgres)
    */
   readonly leaseSeconds?: number;
+  /**
+   * The provider's send rate, emails per second: every email of a side goes through one
+   * TokenBucket at this rate, as SesEmailSender keeps to SES's.
+   * @default unlimited
+   */
+  readonly sendRatePerSecond?: number;
+  /**
+   * Lambda's time limit, in seconds, for every invocation of both sides: an unguarded replica is
+   * stopped there with whatever it has not sent; slotguard's runs stop in time and the work queue
+   * delivers the window again until it is finished.
+   * @default the weekly report's timeoutSeconds (900)
+   */
+  readonly lambdaTimeoutSeconds?: number;
+  /**
+   * Ends the output with one line of JSON: the slotguard side's WindowOutcome (`delivered`,
+   * `duplicates`, `inDoubt`, `failed`, `unfinished`, `runs`).
+   * @default false
+   */
+  readonly json?: boolean;
+  /**
+   * The clock of the window, the send rate, Lambda's time limit, leases and the work queue.
+   * @default the system clock
+   */
+  readonly clock?: Clock;
 }
 
 /** What one side of the comparison came to, read from the SMTP server. */
 export interface SideResult {
+  /** Invocations the window was delivered to. */
   readonly fires: number;
-  readonly claims: number | undefined;
+  /**
+   * Invocations that ran the job's loop: unguarded, every replica; slotguard, those that claimed
+   * the window (one, plus one per continuation and per takeover).
+   */
+  readonly runs: number;
   readonly delivered: number;
   readonly recipientsReached: number;
   /** Emails beyond the first to any recipient. */
@@ -63,6 +96,8 @@ export interface IncidentDemoResult {
   /** The faults that struck, in words. */
   readonly faults: readonly string[];
   readonly seed: number;
+  /** The slotguard side's window at the end (after the runbook step), per recipient: the JSON line. */
+  readonly outcome: WindowOutcome;
 }
 
 /**
@@ -73,6 +108,7 @@ export interface IncidentDemoResult {
  */
 export async function runIncidentDemo(options: IncidentDemoOptions): Promise<IncidentDemoResult> {
   const { out } = options;
+  const clock = options.clock ?? systemClock;
   const faults = options.faults ?? [];
   const kind = options.backend ?? 'dynamodb';
   const [backend, sink] = await Promise.all([
@@ -84,33 +120,51 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
     startSmtpSink(),
   ]);
   const senders: { close(): void }[] = [];
+  // One provider per side: every sender of a side shares its send rate.
+  let bucket: TokenBucket | undefined;
   const senderFor = (from: string) => {
-    const sender = smtpSender({ host: sink.host, port: sink.port, from, maxConnections: 16 });
+    const smtp = smtpSender({ host: sink.host, port: sink.port, from, maxConnections: 16 });
+    const sender = bucket ? rateLimitedSender(smtp, bucket) : smtp;
     senders.push(sender);
     return sender;
   };
+  const newBucket = () =>
+    options.sendRatePerSecond === undefined
+      ? undefined
+      : new TokenBucket({ ratePerSecond: options.sendRatePerSecond, clock });
   try {
     // The window is this minute, as a schedule firing now would have stamped it.
-    const now = Date.now();
+    const now = clock.now();
     const window = new Date(windowOf(now - (now % 60_000)));
     const job = findLocalJob(WEEKLY_REPORT_JOB_ID, { customers: options.recipients });
+    const lambdaTimeoutMs =
+      (options.lambdaTimeoutSeconds ?? job.spec.timeoutSeconds ?? JOB_DEFAULTS.timeoutSeconds) * 1000;
+    const limits = [
+      options.sendRatePerSecond !== undefined ? `${options.sendRatePerSecond} emails a second` : undefined,
+      options.lambdaTimeoutSeconds !== undefined
+        ? `Lambda's time limit ${options.lambdaTimeoutSeconds} s`
+        : undefined,
+    ].filter((limit) => limit !== undefined);
     out.write(
       `Replaying the incident: ${options.replicas} replicas fire the weekly report for window ${windowOf(window)}, ` +
-        `${options.recipients.toLocaleString('en-US')} customers.\n`,
+        `${options.recipients.toLocaleString('en-US')} customers${limits.length > 0 ? `, ${limits.join(', ')}` : ''}.\n`,
     );
 
-    const unguarded = await measure('unguarded', options, sink, async () => {
-      // As the app did it: every replica runs the send loop, which assumes it runs once.
+    bucket = newBucket();
+    const unguarded = await measure('unguarded', options, clock, sink, async () => {
+      // As the app did it: every replica runs the send loop, which assumes it runs once, until
+      // Lambda stops it at its time limit.
       const definition = job.definition(senderFor(windowSender(job.spec.id, window)));
       await Promise.all(
         Array.from({ length: options.replicas }, () =>
-          definition.run(unguardedContext(window, options.concurrency)),
+          definition.run(unguardedContext(window, options.concurrency, clock, lambdaTimeoutMs)),
         ),
       );
-      return { fires: options.replicas, claims: undefined, inDoubt: undefined };
+      return { fires: options.replicas, runs: options.replicas, inDoubt: undefined };
     });
 
     sink.reset();
+    bucket = newBucket();
     out.write(
       `slotguard on ${backend.description}${faults.length > 0 ? `, faults: ${faults.join(', ')}` : ''}\n`,
     );
@@ -127,29 +181,36 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
       senderFor,
       sink,
       log,
-      clock: systemClock,
+      clock,
+      lambdaTimeoutMs,
       metrics: (jobId: string) => emfMetrics({ jobId, write: (line) => emfLines.push(line) }),
       runOptions: {
         effectConcurrency: options.concurrency,
         ...(leaseSeconds ? { leaseMs: leaseSeconds * 1000 } : {}),
       },
     };
-    const runner = new LocalRunner({
+    const runner: LocalRunner = new LocalRunner({
       ...runnerOptions,
       replicas: options.replicas,
       faults,
       ...(options.seed !== undefined ? { seed: options.seed } : {}),
+      // A run that throws is retried a minute later, then two, and so on until the deadline, as
+      // deployed; the demo stops instead and shows the error.
+      onError: () => void runner.stop(),
     });
     let resolution: InDoubtResolution | undefined;
     let struck: readonly string[] = [];
-    const guarded = await measure('slotguard', options, sink, async () => {
+    const guarded = await measure('slotguard', options, clock, sink, async () => {
       const report = await runner.fire(job, window);
+      // Messages left in the queue (duplicates that would stand down) go with the runner.
+      await runner.stop();
       if (report.claimedBy.length === 0 && report.errors.length > 0) {
         throw new SlotguardError(`every delivery of the window failed; the first: ${report.errors[0]}`);
       }
       for (const error of new Set(report.errors)) out.write(`  delivery failed: ${error}\n`);
       struck = report.faults;
       let fires = report.fires;
+      let runs = report.runs;
       if (report.inDoubt > 0 && backend.operator) {
         // The runbook's step for effects in doubt: look each one up in the mail server's log.
         resolution = await resolveInDoubtFromMailLog({
@@ -158,22 +219,30 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
           backend: backend.backend,
           operator: backend.operator,
           delivered: sink.from(windowSender(job.spec.id, window)).recipients,
-          clock: systemClock,
+          clock,
         });
         if (resolution.cleared > 0) {
-          const rerun = await new LocalRunner({ ...runnerOptions, replicas: 1 }).fire(job, window, {
-            backfilled: true,
-          });
+          const rerunner = new LocalRunner({ ...runnerOptions, replicas: 1 });
+          const rerun = await rerunner.fire(job, window, { backfilled: true });
+          await rerunner.stop();
           fires += rerun.fires;
+          runs += rerun.runs;
         }
       }
-      return { fires, claims: report.claimedBy.length, inDoubt: report.inDoubt };
+      return { fires, runs, inDoubt: report.inDoubt };
     });
     writeFileSync(emfPath, emfLines.map((line) => `${line}\n`).join(''));
 
-    const result = { unguarded, guarded, resolution, faults: struck, seed: runner.seed };
+    const outcome = await windowOutcome({
+      job,
+      window,
+      backend: backend.backend,
+      mail: sink.from(windowSender(job.spec.id, window)),
+    });
+    const result = { unguarded, guarded, resolution, faults: struck, seed: runner.seed, outcome };
     printTable(out, options, result, backend.operator !== undefined);
     out.write(`Log: ${options.outputDir}/last-run.log.jsonl  Metrics (EMF): ${emfPath}\n`);
+    if (options.json) out.write(`${JSON.stringify(outcome)}\n`);
     return result;
   } finally {
     for (const sender of senders) sender.close();
@@ -181,9 +250,24 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
   }
 }
 
-/** The job's context with no guard at all: every effect runs, every time. */
-function unguardedContext(window: Date, concurrency: number): JobContext {
-  const signal = new AbortController().signal;
+/**
+ * The job's context with no guard at all: every effect runs, every time, until Lambda stops the
+ * invocation at `timeLimitMs`: from then on it takes no recipient and sends nothing more.
+ */
+function unguardedContext(window: Date, concurrency: number, clock: Clock, timeLimitMs: number): JobContext {
+  const stopped = new AbortController();
+  const { signal } = stopped;
+  const cancel = clock.schedule(timeLimitMs, () => stopped.abort(new Error("Lambda's time limit")));
+  const cutOff = async (send: () => Promise<void>) => {
+    try {
+      await send();
+    } catch (error) {
+      // Waiting for the send rate when the time ran out: that email never left.
+      const cancelled =
+        error instanceof EffectNotPerformedError && error.reason === NotPerformedReason.Cancelled;
+      if (!(cancelled && signal.aborted)) throw error;
+    }
+  };
   return {
     slot: { jobId: WEEKLY_REPORT_JOB_ID, window: windowOf(window) },
     scheduledTime: window,
@@ -193,12 +277,21 @@ function unguardedContext(window: Date, concurrency: number): JobContext {
     payload: undefined,
     log: { info() {}, warn() {}, error() {} },
     async once(_key, effect) {
-      await effect(signal);
+      await cutOff(() => effect(signal));
       return 'done';
     },
     async onceEach(items, _options, effect) {
       const all = isResumable(items) ? items.read(undefined) : items;
-      await drainConcurrently(all, concurrency, (item) => effect(item, signal));
+      try {
+        await drainConcurrently(
+          all,
+          concurrency,
+          (item) => cutOff(() => effect(item, signal)),
+          () => signal.aborted,
+        );
+      } finally {
+        cancel();
+      }
     },
   };
 }
@@ -206,18 +299,19 @@ function unguardedContext(window: Date, concurrency: number): JobContext {
 async function measure(
   label: string,
   options: IncidentDemoOptions,
+  clock: Clock,
   sink: SmtpSink,
-  run: () => Promise<{ fires: number; claims: number | undefined; inDoubt: number | undefined }>,
+  run: () => Promise<{ fires: number; runs: number; inDoubt: number | undefined }>,
 ): Promise<SideResult> {
-  const started = performance.now();
-  const progress = startProgress(label, options, sink, started);
+  const started = clock.now();
+  const progress = startProgress(label, options, clock, sink, started);
   try {
-    const { fires, claims, inDoubt } = await run();
-    const seconds = (performance.now() - started) / 1000;
+    const { fires, runs, inDoubt } = await run();
+    const seconds = (clock.now() - started) / 1000;
     const delivered = sink.total();
     const result = {
       fires,
-      claims,
+      runs,
       delivered,
       recipientsReached: sink.received.size,
       duplicates: delivered - sink.received.size,
@@ -231,11 +325,17 @@ async function measure(
   }
 }
 
-function startProgress(label: string, options: IncidentDemoOptions, sink: SmtpSink, started: number) {
+function startProgress(
+  label: string,
+  options: IncidentDemoOptions,
+  clock: Clock,
+  sink: SmtpSink,
+  started: number,
+) {
   const { out } = options;
   const line = () =>
     `  ${label.padEnd(10)} ${sink.total().toLocaleString('en-US').padStart(9)} emails delivered  ` +
-    `${((performance.now() - started) / 1000).toFixed(1).padStart(5)} s`;
+    `${((clock.now() - started) / 1000).toFixed(1).padStart(5)} s`;
   const timer = out.isTTY ? setInterval(() => out.write(`\r${line()}`), 200) : undefined;
   return {
     finish(result: SideResult) {
@@ -257,7 +357,7 @@ function printTable(
   const n = (value: number | undefined) => (value === undefined ? '-' : value.toLocaleString('en-US'));
   const rows: [string, string, string][] = [
     ['fires', n(r.unguarded.fires), n(r.guarded.fires)],
-    ['claims', n(r.unguarded.claims), n(r.guarded.claims)],
+    ['runs', n(r.unguarded.runs), n(r.guarded.runs)],
     ['emails delivered', n(r.unguarded.delivered), n(r.guarded.delivered)],
     ['duplicates', n(r.unguarded.duplicates), n(r.guarded.duplicates)],
     ['in doubt', n(r.unguarded.inDoubt), n(r.guarded.inDoubt)],
@@ -269,6 +369,18 @@ function printTable(
     `\n${n(options.recipients)} customers, ${options.replicas} replicas: unguarded sent ${n(r.unguarded.delivered)}, ` +
       `slotguard sent ${n(r.guarded.delivered)}.\n`,
   );
+  if (r.guarded.runs > 1) {
+    out.write(
+      `slotguard's window took ${n(r.guarded.runs)} runs: the work queue delivered it again after each run ` +
+        'that stopped with work left (out of time, or taken over after a fault).\n',
+    );
+  }
+  if (r.outcome.unfinished > 0 || r.outcome.failed > 0) {
+    out.write(
+      `Not finished: ${n(r.outcome.unfinished)} customers got nothing and are neither in doubt nor failed; ` +
+        `${n(r.outcome.failed)} failed.\n`,
+    );
+  }
   if (r.faults.length > 0) out.write(`Faults (seed ${r.seed}): ${r.faults.join('; ')}.\n`);
   if (r.resolution) {
     out.write(

@@ -1,21 +1,35 @@
 import type { LocalJob } from '../functions/local-jobs.js';
-import { type Clock, systemClock } from '../shared/clock.js';
+import { type Clock, scheduleAt, systemClock } from '../shared/clock.js';
+import { InProcessEventSource } from '../shared/continuation/in-process-event-source.js';
+import type { DeadLetter } from '../shared/continuation/in-process-work-queue.js';
+import {
+  MAX_VISIBILITY_MS,
+  receiveCountOf,
+  type SqsBatchResponse,
+  type SqsEvent,
+  type SqsRecord,
+} from '../shared/continuation/work-queue.js';
 import type { EmailSender } from '../shared/effects/email-sender.js';
 import { JOB_DEFAULTS, type JobSpec } from '../shared/job/job-spec.js';
-import { createJobHandler, type HandlerResponse } from '../shared/job/lambda-handler.js';
+import { createJobHandler, type InvocationContext } from '../shared/job/lambda-handler.js';
 import { type RunOptions, resolveRunOptions, type SlotBackend } from '../shared/job/run-slot.js';
 import type { SchedulerEvent } from '../shared/job/scheduler-event.js';
+import { tallyWindow } from '../shared/job/window-tally.js';
 import { type CatchUpPlan, planCatchUp, resolveCatchUpPolicy } from '../shared/schedule/catch-up.js';
 import { JobSchedule } from '../shared/schedule/fire-times.js';
-import { EffectState, type SlotState } from '../shared/slot/ports.js';
+import { type SlotState, TERMINAL_SLOT_STATES } from '../shared/slot/ports.js';
 import { windowOf } from '../shared/slot/slot.js';
 import { type Log, silentLog } from '../shared/telemetry/log.js';
 import { emfMetrics, type JobMetrics } from '../shared/telemetry/metrics.js';
+import { safeErrorText } from '../shared/telemetry/safe-error-text.js';
+import { jobDeadlineMs } from '../shared/watchdog/window-deadline.js';
+import { ObservedWorkQueue } from './observed-work-queue.js';
 import {
   type EffectFault,
   FaultKind,
   gatedBackend,
   gatedSender,
+  gatedWorkQueue,
   InvocationGate,
   ReplicaCrashedError,
   seededRandom,
@@ -31,8 +45,6 @@ export interface TerminalOutput {
   /** A terminal gets a live progress line; anything else plain lines. */
   readonly isTTY?: boolean;
 }
-/** setTimeout's longest delay; longer waits are chained. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** What the local runner runs, against what, and with which faults. */
 export interface LocalRunnerOptions {
@@ -41,13 +53,15 @@ export interface LocalRunnerOptions {
   readonly backend: SlotBackend;
   /**
    * A sender whose envelope and From address is `from`. Each window sends from its own address,
-   * so the SMTP server's log tells the windows apart; it is closed when the window is over.
+   * so the SMTP server's log tells the windows apart. One is made per invocation and closed when
+   * the invocation is over.
    */
   readonly senderFor: (from: string) => EmailSender & { close?(): void };
   /** Where the counts per window are read from. */
   readonly sink?: SmtpSink;
   /**
-   * Replicas firing every window, as N schedules or N service instances would.
+   * Replicas firing every window, as N schedules or N service instances would: each sends the
+   * window's message to the job's work queue.
    * @default 3
    */
   readonly replicas?: number;
@@ -66,10 +80,23 @@ export interface LocalRunnerOptions {
   readonly metrics?: (jobId: string) => JobMetrics;
   /** Overrides of the run options each job's JobSpec gives (a short lease for fault demos, say). */
   readonly runOptions?: RunOptions;
-  /** Called once per window, when every delivery of it (retries and redeliveries too) is over. */
+  /**
+   * Lambda's time limit: each invocation's getRemainingTimeInMillis counts down from it, on the
+   * clock, from the moment the event source invokes it, and at zero the invocation is stopped as
+   * Lambda stops it: nothing it does afterwards reaches the store, the mail server or the queue.
+   * @default each job's timeoutSeconds
+   */
+  readonly lambdaTimeoutMs?: number;
+  /** Called once per window, when every delivery of it is over (see LocalRunner.fire). */
   readonly onWindow?: (report: WindowReport) => void;
   /** Called the moment a crash or a pause strikes, in words (the window's report lists them too). */
   readonly onFault?: (fault: string) => void;
+  /**
+   * Called when an invocation fails other than by an injected fault or Lambda's time limit (the
+   * job or the store threw; its message comes back 60 s × its receive count later), in words.
+   * @default none: the window's report lists them
+   */
+  readonly onError?: (error: string) => void;
 }
 
 /** What became of one window: counted from the store and the SMTP server, not from the job. */
@@ -78,9 +105,14 @@ export interface WindowReport {
   readonly window: string;
   /** Delivered late on purpose (catch-up or backfill). */
   readonly backfilled: boolean;
-  /** Deliveries of the window: replicas, duplicates, retries, redeliveries. */
+  /**
+   * Invocations the window was delivered to: each replica's message, duplicate copies, the retry,
+   * and every redelivery from the work queue.
+   */
   readonly fires: number;
-  /** The invocations whose claim succeeded, in order (more than one after a takeover). */
+  /** Invocations that claimed the window: 1, plus one per continuation and per takeover. */
+  readonly runs: number;
+  /** Those invocations, in order: `replica-2`, then `replica-2/redelivery-1`, … */
   readonly claimedBy: readonly string[];
   /** Faults that struck, in words. */
   readonly faults: readonly string[];
@@ -92,6 +124,8 @@ export interface WindowReport {
   /** Effects reserved and never recorded done, read from the ledger after the window. */
   readonly inDoubt: number;
   readonly done: number;
+  /** Effects the provider refused, for good or (in an unfinished window) waiting for a retry. */
+  readonly failed: number;
   /** The slot's state after the window (MISSED when nothing claimed it). */
   readonly state: SlotState | 'MISSED';
   readonly epoch: number;
@@ -105,9 +139,32 @@ export interface CatchUpReport {
   readonly reports: readonly WindowReport[];
 }
 
-interface Delivery {
-  readonly name: string;
-  readonly event: SchedulerEvent;
+/** The event one fire sends: every fire's execution id is its own, so its message can be found. */
+type FireEvent = SchedulerEvent & { readonly executionId: string };
+
+/** One fire of a window: the message a replica's schedule (or its retry) sends. */
+interface Fire {
+  readonly run: WindowRun;
+  /** `replica-2`, `replica-2/retry`: names the invocations that deliver it. */
+  readonly origin: string;
+}
+
+/** A job's work queue, the event source consuming it, and the messages in it. */
+interface JobEngine {
+  readonly job: LocalJob;
+  readonly queue: ObservedWorkQueue;
+  readonly source: InProcessEventSource;
+  readonly options: RunOptions;
+  /** Lambda's time limit for each invocation. */
+  readonly timeoutMs: number;
+  /** Fires sent and not yet received, by execution id (each fire's is its own). */
+  readonly unreceived: Map<string, Fire>;
+  /** Every message in the queue, by message id, until it is deleted or dead-lettered. */
+  readonly messages: Map<string, Fire>;
+  /** Messages whose first delivery was just handed out twice: its copy is still to come. */
+  readonly duplicated: Set<string>;
+  /** Receipt handles of duplicate copies, so their invocation is named as one. */
+  readonly copies: Set<string>;
 }
 
 interface WindowRun {
@@ -116,24 +173,37 @@ interface WindowRun {
   readonly backfilled: boolean;
   readonly started: number;
   readonly script: WindowFaultScript | undefined;
-  readonly sender: EmailSender & { close?(): void };
   readonly from: string;
   readonly claimedBy: string[];
   readonly errors: string[];
-  readonly gates: InvocationGate[];
-  readonly inFlight: Set<Promise<void>>;
-  readonly timers: Set<() => void>;
+  /** Invocations of the window under way, to thaw on stop. */
+  readonly gates: Set<InvocationGate>;
+  /** Holders frozen by a pause, woken when a takeover's invocation is over. */
+  readonly frozen: Set<InvocationGate>;
+  /** Messages of the window still in the queue. */
+  readonly live: Set<string>;
+  /** Messages whose duplicate copy has not been delivered yet. */
+  readonly copiesOwed: Set<string>;
+  /** The retry fault's fire, sent once the first deliveries are over. */
+  retry: { readonly origin: string; readonly event: FireEvent } | undefined;
+  unreceived: number;
+  inFlight: number;
   fires: number;
-  redeliveries: number;
+  /** A store read deciding whether the window is over is under way; `recheck` if something moved meanwhile. */
+  checking: boolean;
+  recheck: boolean;
+  over: boolean;
   settle: () => void;
-  readonly done: Promise<void>;
 }
 
 /**
- * Runs the catalog's jobs on this machine as EventBridge Scheduler and Lambda would: each fire time
- * of each job's schedule (JobSchedule: its zone and Scheduler's daylight-saving rules) becomes the
- * same event the deployed schedule sends, delivered to the same handler (createJobHandler), by N
- * replicas, with the faults asked for. Time comes from the injected clock, so tests move it.
+ * Runs the catalog's jobs on this machine as EventBridge Scheduler, SQS and Lambda would: each fire
+ * time of each job's schedule (JobSchedule: its zone and Scheduler's daylight-saving rules) sends
+ * the event the deployed schedule sends to the job's work queue (an in-process SQS queue), once per
+ * replica, and an in-process event source invokes the job's real handler (createJobHandler) with
+ * SQS batches, under Lambda's time limit. A window bigger than one run is continued as deployed: its
+ * message comes back until the window is finished. Time comes from the injected clock, so tests
+ * move it.
  * @example
  * const runner = new LocalRunner({ jobs: localJobs(), backend, senderFor, sink, replicas: 3 });
  * await runner.start(); // catches up, then fires on schedule until stop()
@@ -144,10 +214,13 @@ export class LocalRunner {
   readonly #random: () => number;
   readonly #replicas: number;
   readonly #faults: readonly FaultKind[];
+  readonly #engines = new Map<string, JobEngine>();
   readonly #windows = new Set<WindowRun>();
   /** Every window fired and not yet reported. */
   readonly #reporting = new Set<Promise<void>>();
   readonly #timers = new Set<() => void>();
+  /** Every invocation under way, of any window. */
+  readonly #invocations = new Set<InvocationGate>();
   #stopped = false;
   /** The seed in use, for reports and replays. */
   readonly seed: number;
@@ -162,6 +235,24 @@ export class LocalRunner {
     if (!Number.isInteger(this.#replicas) || this.#replicas < 1) {
       throw new RangeError(`replicas is ${this.#replicas}; use a whole number of at least 1`);
     }
+    const timeout = options.lambdaTimeoutMs;
+    if (timeout !== undefined && !(Number.isInteger(timeout) && timeout >= 1_000 && timeout <= 900_000)) {
+      throw new RangeError(
+        `lambdaTimeoutMs is ${timeout}; use whole milliseconds from 1000 to 900000, as Lambda allows`,
+      );
+    }
+    // Options that cannot work fail here, as at a deployed function's cold start, not at a window.
+    for (const job of options.jobs) this.#engine(job);
+  }
+
+  /**
+   * Invocations under way that are not frozen by a pause: a test that moves the clock waits for
+   * this to be 0, so no run is overtaken by time while it waits for the store or the mail server.
+   */
+  get working(): number {
+    let working = 0;
+    for (const gate of this.#invocations) if (!gate.frozen) working++;
+    return working;
   }
 
   /**
@@ -184,16 +275,18 @@ export class LocalRunner {
     return reports;
   }
 
-  /** Stops firing, lets frozen invocations go, and waits for every window under way. */
+  /**
+   * Stops firing, lets frozen invocations go, waits for the invocations under way, and reports
+   * every window still under way as it stands. Messages still in the queues (a continuation not
+   * yet due, a duplicate that would stand down) go with them, as they would with the process.
+   */
   async stop(): Promise<void> {
     this.#stopped = true;
     for (const cancel of this.#timers) cancel();
     this.#timers.clear();
-    for (const run of this.#windows) {
-      for (const cancel of run.timers) cancel();
-      run.timers.clear();
-      for (const gate of run.gates) gate.thaw();
-    }
+    for (const run of this.#windows) for (const gate of run.gates) gate.thaw();
+    await Promise.all([...this.#engines.values()].map((engine) => engine.source.stop()));
+    for (const run of this.#windows) this.#settle(run);
     await this.idle();
   }
 
@@ -228,12 +321,21 @@ export class LocalRunner {
   }
 
   /**
-   * Fires one window: every replica delivers the scheduler event (twice with `duplicate`), then a
-   * retry (with `retry`), and a redelivery after each crash or pause. Resolves with the window's
-   * report once every delivery is over.
+   * Fires one window: every replica sends the scheduler event to the job's work queue (each first
+   * delivery handed out twice with `duplicate`; the retry sent once those are over with `retry`).
+   * Resolves with the window's report once every message was delivered, no invocation of the
+   * window is under way, and either no message of it is left or the window is finished (DONE,
+   * PARTIAL, FAILED or STUCK): a message left then only stands down when it comes back.
    */
   fire(job: LocalJob, window: Date, options: { readonly backfilled?: boolean } = {}): Promise<WindowReport> {
-    const from = windowSender(job.spec.id, window);
+    if (this.#stopped) {
+      return Promise.reject(
+        new RangeError(
+          'this LocalRunner is stopped and delivers nothing more; make a new one to fire a window',
+        ),
+      );
+    }
+    const engine = this.#engine(job);
     let settle = () => {};
     const done = new Promise<void>((resolve) => {
       settle = resolve;
@@ -247,50 +349,40 @@ export class LocalRunner {
         this.#faults.includes(FaultKind.Crash) || this.#faults.includes(FaultKind.Pause)
           ? new WindowFaultScript(this.#faults, job.effectsPerWindow, this.#random)
           : undefined,
-      sender: this.#o.senderFor(from),
-      from,
+      from: windowSender(job.spec.id, window),
       claimedBy: [],
       errors: [],
-      gates: [],
-      inFlight: new Set(),
-      timers: new Set(),
+      gates: new Set(),
+      frozen: new Set(),
+      live: new Set(),
+      copiesOwed: new Set(),
+      retry: undefined,
+      unreceived: 0,
+      inFlight: 0,
       fires: 0,
-      redeliveries: 0,
+      checking: false,
+      recheck: false,
+      over: false,
       settle,
-      done,
     };
     this.#windows.add(run);
     const compact = windowOf(window).replace(/[-:]/g, '');
-    const base = (replica: number): SchedulerEvent => ({
+    const base = (replica: number): FireEvent => ({
       jobId: job.spec.id,
       scheduledTime: windowOf(window),
       executionId: `local-${compact}-r${replica}`,
       attemptNumber: '1',
       ...(run.backfilled ? { backfilled: true } : {}),
     });
-    const first: Delivery[] = [];
-    for (let replica = 1; replica <= this.#replicas; replica++) {
-      first.push({ name: `replica-${replica}`, event: base(replica) });
-      if (this.#faults.includes(FaultKind.Duplicate)) {
-        first.push({ name: `replica-${replica}/duplicate`, event: base(replica) });
-      }
-    }
-    const initial = Promise.all(first.map((delivery) => this.#deliver(run, delivery)));
     if (this.#faults.includes(FaultKind.Retry)) {
-      const retryReplica = 1 + Math.floor(this.#random() * this.#replicas);
-      this.#track(
-        run,
-        initial.then(() =>
-          this.#deliver(run, {
-            name: `replica-${retryReplica}/retry`,
-            event: {
-              ...base(retryReplica),
-              executionId: `local-${compact}-r${retryReplica}-retry`,
-              attemptNumber: '2',
-            },
-          }),
-        ),
-      );
+      const replica = 1 + Math.floor(this.#random() * this.#replicas);
+      run.retry = {
+        origin: `replica-${replica}/retry`,
+        event: { ...base(replica), executionId: `local-${compact}-r${replica}-retry`, attemptNumber: '2' },
+      };
+    }
+    for (let replica = 1; replica <= this.#replicas; replica++) {
+      this.#send(engine, run, `replica-${replica}`, base(replica));
     }
     const reported = done
       .then(() => this.#report(run))
@@ -311,134 +403,304 @@ export class LocalRunner {
     if (this.#stopped) return;
     const next = new JobSchedule(job.spec.schedule).nextFireAfter(after);
     if (!next) return;
-    this.#at(next.getTime(), this.#timers, () => {
+    const cancel = scheduleAt(this.#clock, next.getTime(), () => {
+      this.#timers.delete(cancel);
       void this.fire(job, next);
       this.#scheduleNext(job, next.getTime());
     });
+    this.#timers.add(cancel);
   }
 
-  /** Calls `fn` at `time` on the clock, chaining timers past setTimeout's 24.8-day limit. */
-  #at(time: number, timers: Set<() => void>, fn: () => void): void {
-    const delay = Math.max(0, time - this.#clock.now());
-    const cancel = this.#clock.schedule(Math.min(delay, MAX_TIMER_MS), () => {
-      timers.delete(cancel);
-      if (delay > MAX_TIMER_MS) this.#at(time, timers, fn);
-      else fn();
-    });
-    timers.add(cancel);
-  }
-
-  #track(run: WindowRun, work: Promise<unknown>): void {
-    const tracked = work.then(
-      () => undefined,
-      () => undefined,
+  /** The job's work queue and event source, configured as its ScheduledJob's. */
+  #engine(job: LocalJob): JobEngine {
+    const existing = this.#engines.get(job.spec.id);
+    if (existing) return existing;
+    const { spec } = job;
+    const timeoutMs = this.#o.lambdaTimeoutMs ?? (spec.timeoutSeconds ?? JOB_DEFAULTS.timeoutSeconds) * 1000;
+    const deadlineMs = jobDeadlineMs(
+      { ...spec, timeoutSeconds: Math.ceil(timeoutMs / 1000) },
+      this.#clock.now(),
     );
-    run.inFlight.add(tracked);
-    void tracked.then(() => {
-      run.inFlight.delete(tracked);
-      this.#maybeSettle(run);
-    });
-  }
-
-  #maybeSettle(run: WindowRun): void {
-    if (run.inFlight.size > 0 || run.timers.size > 0) return;
-    this.#windows.delete(run);
-    run.sender.close?.();
-    run.settle();
-  }
-
-  /** One invocation: its own gate (process), its own handler, the same backend and mail server. */
-  #deliver(run: WindowRun, delivery: Delivery): Promise<void> {
-    const gate = new InvocationGate(delivery.name);
-    run.gates.push(gate);
-    run.fires++;
-    const spec = run.job.spec;
-    const handler = createJobHandler(
-      run.job.definition(
-        gatedSender(run.sender, gate, run.script, (fault) => this.#onStrike(run, delivery, gate, fault)),
-      ),
-      {
-        backend: gatedBackend(this.#o.backend, gate, { onClaimed: () => run.claimedBy.push(delivery.name) }),
-        metrics: () => this.#o.metrics?.(spec.id) ?? emfMetrics({ jobId: spec.id, write: () => {} }),
-        log: this.#o.log ?? silentLog,
-        clock: this.#clock,
-        options: { ...runOptionsOf(spec), ...this.#o.runOptions },
+    const options: RunOptions = { ...runOptionsOf(spec), deadlineMs, ...this.#o.runOptions };
+    resolveRunOptions(options);
+    const duplicates = this.#faults.includes(FaultKind.Duplicate);
+    const duplicated = new Set<string>();
+    // The queue and the event source call back into the engine only once messages flow.
+    const queue: ObservedWorkQueue = new ObservedWorkQueue({
+      clock: this.#clock,
+      name: spec.id,
+      visibilityTimeoutMs: Math.min(6 * timeoutMs, MAX_VISIBILITY_MS),
+      // ScheduledJob's redrive policy (infra/scheduled-job.ts workQueueMaxReceiveCount).
+      maxReceiveCount: Math.min(1000, 2 * Math.ceil(deadlineMs / timeoutMs) + 50),
+      duplicate: ({ messageId, receiveCount }) => {
+        if (!duplicates || receiveCount !== 1) return false;
+        duplicated.add(messageId);
+        return true;
       },
-    );
-    const startedAt = this.#clock.now();
-    const timeoutMs = (spec.timeoutSeconds ?? JOB_DEFAULTS.timeoutSeconds) * 1000;
-    const work = handler(delivery.event, {
-      awsRequestId: delivery.name,
-      getRemainingTimeInMillis: () => timeoutMs - (this.#clock.now() - startedAt),
-    }).then(
-      (response: HandlerResponse) => response,
-      (error: unknown) => {
-        // A crashed invocation's errors are the crash itself. Anything else is reported: the run
-        // failing (its slot is released for a retry, or FAILED) or a configuration that cannot work.
-        if (error instanceof ReplicaCrashedError || gate.crashed) return;
-        const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-        run.errors.push(`${delivery.name}: ${text}`);
-        this.#o.log?.warn('delivery failed', { invocation: delivery.name, error: text });
+      observer: {
+        received: (records) => this.#received(engine, records),
+        deleted: (messageId) => this.#gone(engine, messageId),
+        deadLettered: (letter) => this.#deadLettered(engine, letter),
       },
-    );
-    this.#track(run, work);
-    return work.then(() => undefined);
+    });
+    const source = new InProcessEventSource({
+      queue,
+      handler: (event, context) => this.#invoke(engine, event, context),
+      clock: dueNowAtOnce(this.#clock),
+      // Every replica's fire is taken at once, as N schedules and functions would.
+      maximumConcurrency: Math.max(2, this.#replicas * (duplicates ? 2 : 1)),
+      timeoutMs,
+      name: spec.id,
+    });
+    const engine: JobEngine = {
+      job,
+      options,
+      timeoutMs,
+      queue,
+      source,
+      unreceived: new Map(),
+      messages: new Map(),
+      duplicated,
+      copies: new Set(),
+    };
+    source.start();
+    this.#engines.set(spec.id, engine);
+    return engine;
+  }
+
+  /** Sends one fire of a window to the job's queue, as the schedule does. */
+  #send(engine: JobEngine, run: WindowRun, origin: string, event: FireEvent): void {
+    engine.unreceived.set(event.executionId, { run, origin });
+    run.unreceived++;
+    void engine.queue.send(JSON.stringify(event), 0);
+  }
+
+  #received(engine: JobEngine, records: readonly SqsRecord[]): void {
+    for (const record of records) {
+      if (!engine.messages.has(record.messageId)) {
+        const executionId = executionIdOf(record.body);
+        const fire = executionId === undefined ? undefined : engine.unreceived.get(executionId);
+        if (!fire) continue;
+        engine.unreceived.delete(executionId!);
+        engine.messages.set(record.messageId, fire);
+        fire.run.unreceived--;
+        fire.run.live.add(record.messageId);
+      }
+      const run = engine.messages.get(record.messageId)!.run;
+      if (engine.duplicated.delete(record.messageId)) {
+        run.copiesOwed.add(record.messageId);
+      } else if (run.copiesOwed.delete(record.messageId)) {
+        engine.copies.add(record.receiptHandle);
+      }
+    }
+  }
+
+  #gone(engine: JobEngine, messageId: string): void {
+    const fire = engine.messages.get(messageId);
+    engine.messages.delete(messageId);
+    engine.duplicated.delete(messageId);
+    if (!fire) return;
+    fire.run.live.delete(messageId);
+    fire.run.copiesOwed.delete(messageId);
+    this.#check(fire.run);
+  }
+
+  #deadLettered(engine: JobEngine, letter: DeadLetter): void {
+    const run = engine.messages.get(letter.messageId)?.run;
+    if (run && !run.over) {
+      run.errors.push(
+        `${engine.job.spec.id}'s work queue dead-lettered the window's message after ${letter.receiveCount} deliveries`,
+      );
+    }
+    this.#gone(engine, letter.messageId);
   }
 
   /**
-   * After a crash or a pause the window's slot stays RUNNING under the dead or frozen holder's
-   * lease; as Lambda would retry the failed invocation, the same event is delivered again once that
-   * lease has run out, and takes the slot over. A frozen holder wakes when the takeover is over.
+   * One invocation, as Lambda's event source makes it: its own gate (process), handler and sender;
+   * the same backend, queue and mail server. A crashed invocation's answer never reaches Lambda,
+   * so its message is kept, as after a killed process.
    */
-  #onStrike(run: WindowRun, delivery: Delivery, gate: InvocationGate, fault: EffectFault): void {
-    this.#o.onFault?.(`${run.job.spec.id} ${windowOf(run.window)}: ${describeFault(fault, delivery.name)}`);
-    const { leaseMs, takeoverSkewMs } = resolveRunOptions({
-      ...runOptionsOf(run.job.spec),
-      ...this.#o.runOptions,
+  async #invoke(engine: JobEngine, event: SqsEvent, context: InvocationContext): Promise<SqsBatchResponse> {
+    const record = event.Records[0]!;
+    const fire = engine.messages.get(record.messageId);
+    if (!fire) throw new Error(`message ${record.messageId} was not sent by the local runner`);
+    // A message of a window already reported (a duplicate that stands down) is run but not counted.
+    const run = fire.run.over ? undefined : fire.run;
+    const receiveCount = receiveCountOf(record);
+    const name = engine.copies.delete(record.receiptHandle)
+      ? `${fire.origin}/duplicate`
+      : receiveCount > 1
+        ? `${fire.origin}/redelivery-${receiveCount - 1}`
+        : fire.origin;
+    const gate = new InvocationGate(name);
+    const spec = engine.job.spec;
+    const sender = this.#o.senderFor(fire.run.from);
+    let claimed = false;
+    if (run) {
+      run.fires++;
+      run.inFlight++;
+      run.gates.add(gate);
+    }
+    const handler = createJobHandler(
+      engine.job.definition(
+        gatedSender(sender, gate, run?.script, (fault) => {
+          if (run) this.#onStrike(run, gate, fault);
+        }),
+      ),
+      {
+        backend: gatedBackend(this.#o.backend, gate, {
+          onClaimed: () => {
+            claimed = true;
+            run?.claimedBy.push(name);
+          },
+        }),
+        metrics: () => this.#o.metrics?.(spec.id) ?? emfMetrics({ jobId: spec.id, write: () => {} }),
+        log: this.#o.log ?? silentLog,
+        clock: this.#clock,
+        options: engine.options,
+        workQueue: gatedWorkQueue(engine.queue, gate),
+      },
+    );
+    this.#invocations.add(gate);
+    // Lambda stops an invocation at its time limit, whatever it is doing: from then on nothing it
+    // does reaches the store, the mail server or the queue, as after a crash.
+    const kill = this.#clock.schedule(engine.timeoutMs, () => {
+      if (gate.crashed) return;
+      gate.crash();
+      run?.errors.push(`${name}: stopped by Lambda at its ${engine.timeoutMs / 1000} s time limit`);
     });
-    const redelivery: Delivery = {
-      name: `${delivery.name.split('/')[0]}/redelivery-${++run.redeliveries}`,
-      event: delivery.event,
-    };
-    // Past the lease and the takeover's clock-skew allowance.
-    this.#at(this.#clock.now() + leaseMs + takeoverSkewMs + 1_000, run.timers, () => {
-      const takeover = this.#deliver(run, redelivery);
-      if (fault.kind === 'pause')
-        this.#track(
-          run,
-          takeover.then(() => gate.thaw()),
-        );
-      this.#maybeSettle(run);
-    });
+    try {
+      // Named after the fire it delivers, so the slot's holder reads `replica-2/redelivery-1`.
+      const response = await handler(event, {
+        awsRequestId: name,
+        getRemainingTimeInMillis: () => context.getRemainingTimeInMillis(),
+      });
+      if (gate.crashed) throw new ReplicaCrashedError(`${name} crashed; Lambda never got its answer`);
+      return response;
+    } catch (error) {
+      // A crashed invocation's errors are the crash itself. Anything else is reported: the run
+      // failing (its message is kept for a retry) or a store that cannot be reached.
+      if (!(error instanceof ReplicaCrashedError) && !gate.crashed && run) {
+        const text = safeErrorText(error);
+        run.errors.push(`${name}: ${text}`);
+        this.#o.log?.warn('delivery failed', { invocation: name, error: text });
+        this.#o.onError?.(`${spec.id} ${windowOf(run.window)} ${name}: ${text}`);
+      }
+      throw error;
+    } finally {
+      kill();
+      this.#invocations.delete(gate);
+      sender.close?.();
+      if (run) {
+        run.gates.delete(gate);
+        run.inFlight--;
+        if (claimed && !gate.frozen) {
+          // A takeover is over: the holder it took over from wakes up, fenced.
+          for (const frozen of run.frozen) frozen.thaw();
+          run.frozen.clear();
+        }
+        this.#check(run);
+      }
+    }
+  }
+
+  #onStrike(run: WindowRun, gate: InvocationGate, fault: EffectFault): void {
+    this.#o.onFault?.(`${run.job.spec.id} ${windowOf(run.window)}: ${describeFault(fault, gate.name)}`);
+    if (fault.kind === 'pause') run.frozen.add(gate);
+  }
+
+  /** Settles the window's run once it is over (see fire), sending the retry fault's fire first. */
+  #check(run: WindowRun): void {
+    if (run.over) return;
+    if (run.checking) {
+      run.recheck = true;
+      return;
+    }
+    if (run.inFlight > 0 || run.unreceived > 0 || run.copiesOwed.size > 0) return;
+    if (run.retry) {
+      const { origin, event } = run.retry;
+      run.retry = undefined;
+      this.#send(this.#engine(run.job), run, origin, event);
+      return;
+    }
+    if (run.live.size === 0) {
+      this.#settle(run);
+      return;
+    }
+    run.checking = true;
+    run.recheck = false;
+    const slot = { jobId: run.job.spec.id, window: windowOf(run.window) };
+    void this.#o.backend.claims
+      .read(slot)
+      .then(
+        (record) => record !== undefined && TERMINAL_SLOT_STATES.includes(record.state),
+        () => false,
+      )
+      .then((finished) => {
+        run.checking = false;
+        const quiet = run.inFlight === 0 && run.unreceived === 0 && run.copiesOwed.size === 0;
+        if (finished && quiet) this.#settle(run);
+        else if (run.recheck) this.#check(run);
+      });
+  }
+
+  #settle(run: WindowRun): void {
+    if (run.over) return;
+    run.over = true;
+    this.#windows.delete(run);
+    run.settle();
   }
 
   async #report(run: WindowRun): Promise<WindowReport> {
     const slot = { jobId: run.job.spec.id, window: windowOf(run.window) };
     const record = await this.#o.backend.claims.read(slot);
-    let done = 0;
-    let inDoubt = 0;
-    for await (const effect of this.#o.backend.ledger.list(slot)) {
-      if (effect.state === EffectState.Done) done++;
-      else inDoubt++;
-    }
-    const tally = this.#o.sink?.from(run.from);
-    const report: WindowReport = {
+    const tally = await tallyWindow(this.#o.backend.ledger, slot, this.#clock.now());
+    const mail = this.#o.sink?.from(run.from);
+    return {
       jobId: slot.jobId,
       window: slot.window,
       backfilled: run.backfilled,
       fires: run.fires,
+      runs: run.claimedBy.length,
       claimedBy: run.claimedBy,
       faults: (run.script?.struck ?? []).map(({ fault, invocation }) => describeFault(fault, invocation)),
       errors: run.errors,
-      delivered: tally?.total,
-      duplicates: tally?.duplicates,
-      inDoubt,
-      done,
+      delivered: mail?.total,
+      duplicates: mail?.duplicates,
+      inDoubt: tally.inDoubt,
+      done: tally.done,
+      failed: tally.failed + tally.waiting,
       state: record?.state ?? 'MISSED',
       epoch: record?.epoch ?? 0,
       ms: this.#clock.now() - run.started,
     };
-    return report;
+  }
+}
+
+/**
+ * `clock`, except that a timer due now runs on the next turn of the event loop instead of when the
+ * clock next moves: a message sent with no delay is delivered at once even on a ManualClock that a
+ * test leaves standing (the operator CLI's local backfill runs a window that way). Waits stay on
+ * the clock.
+ */
+function dueNowAtOnce(clock: Clock): Clock {
+  return {
+    now: () => clock.now(),
+    schedule(ms, fn) {
+      if (ms > 0) return clock.schedule(ms, fn);
+      const immediate = setImmediate(fn);
+      return () => clearImmediate(immediate);
+    },
+  };
+}
+
+/** The execution id in a message's body (the scheduler event), if it has one. */
+function executionIdOf(body: string): string | undefined {
+  try {
+    const id = (JSON.parse(body) as { executionId?: unknown }).executionId;
+    return typeof id === 'string' ? id : undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -469,12 +731,14 @@ export function describeWindow(report: WindowReport): string {
   const parts = [
     `${report.window} ${report.jobId}${report.backfilled ? ' (catch-up)' : ''}`,
     `fires ${report.fires}`,
+    `runs ${report.runs}`,
     `claimed by ${claimed}`,
     `delivered ${n(report.delivered)}`,
     `duplicates ${n(report.duplicates)}`,
     `in doubt ${report.inDoubt}`,
-    `${report.state} epoch ${report.epoch}`,
   ];
+  if (report.failed > 0) parts.push(`failed ${report.failed}`);
+  parts.push(`${report.state} epoch ${report.epoch}`);
   if (report.faults.length > 0) parts.push(`faults: ${report.faults.join('; ')}`);
   if (report.errors.length > 0)
     parts.push(`${report.errors.length} deliveries failed, first: ${report.errors[0]}`);

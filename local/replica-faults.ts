@@ -1,3 +1,4 @@
+import type { WorkQueue } from '../shared/continuation/work-queue.js';
 import type { EmailSender } from '../shared/effects/email-sender.js';
 import { ConfigurationError, SlotguardError } from '../shared/errors.js';
 import type { SlotBackend } from '../shared/job/run-slot.js';
@@ -5,17 +6,18 @@ import type { ClaimStore, EffectLedger } from '../shared/slot/ports.js';
 
 /**
  * The faults of production the local runner can inject on the slotguard side, each applied to
- * every window it fires:
- * - `duplicate`: each replica's fire is delivered twice at once (Lambda's async duplicate: the same
- *   event, execution id and attempt number).
- * - `retry`: once the window's deliveries are over, it is delivered again with a new execution id
- *   and attempt number 2 (Scheduler retrying a fire it believed failed).
- * - `crash`: the replica holding the slot dies at a random effect, before or after sending it; from
- *   that instant none of its requests or emails go out. Once its lease has run out the window is
- *   delivered again (Lambda's retry of the failed invocation), which takes the slot over.
- * - `pause`: the holder freezes at a random effect for longer than its lease; the window is
- *   delivered again once the lease has run out, takes over, and the frozen holder then wakes up
- *   as a zombie whose writes are fenced by epoch.
+ * every window it fires. Each fire is a message on the job's work queue, so recovery is the queue's:
+ * - `duplicate`: the first delivery of each replica's message is handed out twice (SQS's
+ *   at-least-once delivery: the same message, two receipt handles, two invocations at once).
+ * - `retry`: once the window's first deliveries are over, the schedule sends it again with a new
+ *   execution id and attempt number 2 (Scheduler retrying a fire it believed failed).
+ * - `crash`: the invocation holding the slot dies at a random effect, before or after sending it;
+ *   from that instant none of its requests, emails or visibility changes go out, and Lambda never
+ *   gets its answer. Its message comes back when the last heartbeat's visibility (two leases) ends,
+ *   or another replica's message comes back first, and the delivery takes the slot over.
+ * - `pause`: the holder freezes at a random effect; its heartbeats stop, so past its lease another
+ *   delivery takes over, and the frozen holder wakes once that run is over, as a zombie whose
+ *   writes are fenced by epoch.
  */
 export const FaultKind = { Duplicate: 'duplicate', Retry: 'retry', Crash: 'crash', Pause: 'pause' } as const;
 export type FaultKind = (typeof FaultKind)[keyof typeof FaultKind];
@@ -131,6 +133,17 @@ export function gatedBackend(
   return { claims, ledger, hashKey: backend.hashKey };
 }
 
+/**
+ * The work queue as one invocation reaches it: a crashed invocation's heartbeat or retry delay
+ * never arrives, and a frozen one's waits, so its message comes back on the queue's own terms.
+ */
+export function gatedWorkQueue(queue: WorkQueue, gate: InvocationGate): WorkQueue {
+  return {
+    send: (body, delayMs) => gate.pass(() => queue.send(body, delayMs)),
+    changeVisibility: (handle, visibleInMs) => gate.pass(() => queue.changeVisibility(handle, visibleInMs)),
+  };
+}
+
 /** Where in an effect a crash strikes. */
 export type CrashPoint = 'before-send' | 'after-send';
 
@@ -140,29 +153,36 @@ export type EffectFault =
   | { readonly kind: 'pause'; readonly atEffect: number };
 
 /**
- * The crash and pause planned for one window, each struck once: by the first invocation to reach
- * its effect number (only the slot's holder performs effects, so it is always the holder). A pause
- * planned with a crash strikes the run that took over from the crashed one.
+ * The crash and pause planned for one window, each struck once: by the invocation that makes the
+ * window's send with its effect number, counted over every run of the window (only the slot's
+ * holder performs effects, so it is always the holder, whichever run of a continued window that
+ * is). A pause planned with a crash strikes a run after the crashed one.
  */
 export class WindowFaultScript {
   readonly #pending: EffectFault[];
+  #sends = 0;
   readonly struck: { fault: EffectFault; invocation: string }[] = [];
 
   constructor(faults: readonly FaultKind[], effectsPerWindow: number, random: () => number) {
     const pick = (within: number) => 1 + Math.floor(random() * Math.max(1, within));
     this.#pending = [];
-    let left = effectsPerWindow;
+    let pauseFrom = 0;
+    let pauseWithin = effectsPerWindow;
     if (faults.includes(FaultKind.Crash)) {
       const atEffect = pick(effectsPerWindow);
       this.#pending.push({ kind: 'crash', point: random() < 0.5 ? 'before-send' : 'after-send', atEffect });
-      // The run that takes over sends only what the crashed one had not: strike it within that.
-      left = Math.floor((effectsPerWindow - atEffect) / 2);
+      // Within the first half of what is left after the crash, so the window still has work then.
+      pauseFrom = atEffect;
+      pauseWithin = Math.floor((effectsPerWindow - atEffect) / 2);
     }
-    if (faults.includes(FaultKind.Pause)) this.#pending.push({ kind: 'pause', atEffect: pick(left) });
+    if (faults.includes(FaultKind.Pause)) {
+      this.#pending.push({ kind: 'pause', atEffect: pauseFrom + pick(pauseWithin) });
+    }
   }
 
-  /** The fault an invocation meets at its `effect`-th send, if it is the one due; consumed. */
-  take(effect: number, invocation: string): EffectFault | undefined {
+  /** The fault an invocation meets at the window's next send, if it is the one due; consumed. */
+  take(invocation: string): EffectFault | undefined {
+    const effect = ++this.#sends;
     const next = this.#pending[0];
     if (!next || effect < next.atEffect) return undefined;
     // One fault per invocation: the one a crash is about to take down must not also freeze.
@@ -175,8 +195,8 @@ export class WindowFaultScript {
 
 /**
  * The sender as one invocation reaches it: through its gate, and playing the window's script at
- * each send. `onStrike` is told when a crash or a pause happens (the runner then plans the
- * redelivery that recovers the window).
+ * each send. `onStrike` is told when a crash or a pause happens (the runner reports it, and wakes a
+ * frozen holder once a takeover is over).
  */
 export function gatedSender(
   sender: EmailSender,
@@ -184,12 +204,11 @@ export function gatedSender(
   script: WindowFaultScript | undefined,
   onStrike: (fault: EffectFault) => void,
 ): EmailSender {
-  let sends = 0;
   return {
     async send(message, options) {
       // A crashed or frozen invocation is not the one a fault is waiting for: sends still in flight
       // there must not use up the window's next fault.
-      const fault = gate.crashed || gate.frozen ? undefined : script?.take(++sends, gate.name);
+      const fault = gate.crashed || gate.frozen ? undefined : script?.take(gate.name);
       if (fault?.kind === 'crash' && fault.point === 'before-send') {
         gate.crash();
         onStrike(fault);

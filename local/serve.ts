@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { type LocalJobOptions, localJobs } from '../functions/local-jobs.js';
 import { type Clock, systemClock } from '../shared/clock.js';
 import { smtpSender } from '../shared/effects/smtp-email-sender.js';
+import { TokenBucket } from '../shared/effects/token-bucket.js';
 import { describeCatchUpPolicy } from '../shared/schedule/catch-up.js';
 import { JobSchedule } from '../shared/schedule/fire-times.js';
 import { describeInZone } from '../shared/schedule/time-zone.js';
@@ -18,6 +19,7 @@ import {
   type TerminalOutput,
   type WindowReport,
 } from './local-runner.js';
+import { rateLimitedSender } from './rate-limited-sender.js';
 import type { FaultKind } from './replica-faults.js';
 import { type SmtpSink, startSmtpSink } from './smtp-sink.js';
 
@@ -53,7 +55,20 @@ export interface ServeOptions extends LocalJobOptions {
   readonly faults?: readonly FaultKind[];
   readonly seed?: number;
   readonly out: TerminalOutput;
-  /** @default the system clock */
+  /**
+   * Emails a second the SMTP server is sent, by every job together (one provider, one rate).
+   * @default unlimited
+   */
+  readonly sendRatePerSecond?: number;
+  /**
+   * Lambda's time limit for every invocation, in seconds.
+   * @default each job's timeoutSeconds
+   */
+  readonly lambdaTimeoutSeconds?: number;
+  /**
+   * The windows' schedules, the work queues, the event sources and Lambda's time limit run on it.
+   * @default the system clock
+   */
   readonly clock?: Clock;
 }
 
@@ -71,7 +86,9 @@ export interface ServeHandle {
 /**
  * `npm start -- serve`: the catalog's jobs on their real schedules until stopped, N replicas each,
  * on a backend kept in the state directory, so a restart after downtime catches up per each job's
- * policy. Prints one line per window; on a terminal, a status line too.
+ * policy. Each window goes through its job's work queue as deployed, so one bigger than a Lambda
+ * run is continued until it is finished. Prints one line per window (with its runs); on a terminal,
+ * a status line too.
  */
 export async function startServe(options: ServeOptions): Promise<ServeHandle> {
   const { out } = options;
@@ -105,13 +122,23 @@ export async function startServe(options: ServeOptions): Promise<ServeHandle> {
   const emfPath = join(options.stateDir, 'serve.emf.jsonl');
   const windows: WindowReport[] = [];
   const status = statusLine(out);
+  const bucket =
+    options.sendRatePerSecond === undefined
+      ? undefined
+      : new TokenBucket({ ratePerSecond: options.sendRatePerSecond, clock });
   const runner = new LocalRunner({
     jobs,
     backend: backend.backend,
-    // The runner closes each window's sender when the window is over.
-    senderFor: (from) => smtpSender({ host: sink.host, port: sink.port, from, maxConnections: 8 }),
+    // The runner closes each invocation's sender when the invocation is over.
+    senderFor: (from) => {
+      const smtp = smtpSender({ host: sink.host, port: sink.port, from, maxConnections: 8 });
+      return bucket ? rateLimitedSender(smtp, bucket) : smtp;
+    },
     sink,
     clock,
+    ...(options.lambdaTimeoutSeconds !== undefined
+      ? { lambdaTimeoutMs: options.lambdaTimeoutSeconds * 1000 }
+      : {}),
     log: fileLog(join(options.stateDir, 'serve.log.jsonl')),
     metrics: (jobId) => emfMetrics({ jobId, write: (line) => appendFileSync(emfPath, `${line}\n`) }),
     ...(options.replicas !== undefined ? { replicas: options.replicas } : {}),
@@ -121,13 +148,20 @@ export async function startServe(options: ServeOptions): Promise<ServeHandle> {
       windows.push(report);
       status.print(describeWindow(report));
     },
-    onFault: (fault) => status.print(`  fault: ${fault}; redelivered once its lease has run out`),
+    onFault: (fault) =>
+      status.print(`  fault: ${fault}; the window comes back from its work queue once the lease has run out`),
   });
 
+  const limits = [
+    options.sendRatePerSecond !== undefined ? `, ${options.sendRatePerSecond} emails a second` : '',
+    options.lambdaTimeoutSeconds !== undefined
+      ? `, Lambda's time limit ${options.lambdaTimeoutSeconds} s`
+      : '',
+  ].join('');
   out.write(
     `slotguard serve: ${jobs.length} jobs, ${options.replicas ?? 3} replicas each${
       options.faults?.length ? `, faults ${options.faults.join(',')} (seed ${runner.seed})` : ''
-    }\n  backend: ${backend.description}\n  mail:    SMTP on ${sink.host}:${sink.port}\n  state:   ${statePath}\n`,
+    }${limits}\n  backend: ${backend.description}\n  mail:    SMTP on ${sink.host}:${sink.port}\n  state:   ${statePath}\n`,
   );
   for (const job of jobs) {
     const schedule = new JobSchedule(job.spec.schedule);

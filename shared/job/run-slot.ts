@@ -63,7 +63,8 @@ export interface RunOptions {
   /**
    * New effects stop when the Lambda has less than this left, so the run flushes its marks and
    * releases the slot cleanly for a continuation to resume.
-   * @default 30_000
+   * @default 30_000, or a quarter of the time the invocation had left when it claimed the slot if
+   *   that is less (a 10-second invocation stops 2.5 s before its end instead of before it starts)
    */
   readonly stopMarginMs?: number;
   /**
@@ -299,6 +300,11 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
     },
   });
   const remaining = args.remainingTimeMs;
+  // A fixed 30 s margin would stop a short invocation before its first effect, and every run of
+  // the window would then make no progress until it went STUCK.
+  const stopMarginMs =
+    args.options?.stopMarginMs ??
+    (remaining ? Math.min(o.stopMarginMs, Math.floor(remaining() / 4)) : o.stopMarginMs);
   let checkpointer: Checkpointer | undefined;
   const effects = new EffectRunner({
     claim,
@@ -309,7 +315,8 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
     signal: lease.signal,
     mayReserve: () => {
       if (!lease.canReserve()) return 'lease-lost';
-      if (remaining && remaining() < o.stopMarginMs) return 'time';
+      // `<= 0` too: a margin scaled down to nothing must not let a run with no time left start.
+      if (remaining && (remaining() <= 0 || remaining() < stopMarginMs)) return 'time';
       return undefined;
     },
     inDoubtPolicy: o.inDoubtPolicy,

@@ -223,8 +223,8 @@ describe('a handler with a work queue and a deadline from the environment', () =
     const sender = new CountingSender();
     const handler = jobHandlerFromEnvironment(job(sender), env);
     const event = { jobId: 'weekly-report', scheduledTime: window(), attemptNumber: '1' };
-    // Less time left than the 30 s stop margin: the run reserves nothing and yields.
-    const result = await handler(event, { awsRequestId: 'req-1', getRemainingTimeInMillis: () => 20_000 });
+    // No time left: the run reserves nothing and yields.
+    const result = await handler(event, { awsRequestId: 'req-1', getRemainingTimeInMillis: () => 0 });
 
     expect(result).toMatchObject({ status: 'yielded', reason: 'time' });
     expect(sender.total).toBe(0);

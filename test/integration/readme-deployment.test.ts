@@ -17,7 +17,7 @@ import { createJobHandler } from '../../shared/job/lambda-handler.js';
 import { emfMetrics } from '../../shared/telemetry/metrics.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { EmfRecorder, RecordingLog, schedulerEvent, testBackend } from '../helpers/harness.js';
-import { ManualClock, settle } from '../helpers/manual-clock.js';
+import { quiet, VirtualClock } from '../helpers/virtual-clock.js';
 
 /*
  * The README's deployment, end to end, in virtual time: the real job modules and SesEmailSender
@@ -34,33 +34,6 @@ const HOUR = 3_600_000;
 const dynamo = useDynamo();
 const ses = mockClient(SESv2Client);
 afterEach(() => ses.reset());
-
-/**
- * A ManualClock that knows when its next timer is due, so the test can move time straight to it
- * once nothing else is happening: hours of token-bucket waits pass without a real second of sleep.
- */
-class VirtualClock extends ManualClock {
-  readonly #due = new Set<{ readonly at: number }>();
-
-  override schedule(ms: number, fn: () => void): () => void {
-    const timer = { at: this.now() + Math.max(0, ms) };
-    this.#due.add(timer);
-    const cancel = super.schedule(ms, () => {
-      this.#due.delete(timer);
-      fn();
-    });
-    return () => {
-      this.#due.delete(timer);
-      cancel();
-    };
-  }
-
-  get nextTimerAt(): number | undefined {
-    let next: number | undefined;
-    for (const timer of this.#due) if (next === undefined || timer.at < next) next = timer.at;
-    return next;
-  }
-}
 
 interface Deployment {
   readonly jobId: string;
@@ -159,16 +132,6 @@ async function deploy(d: Deployment) {
       `window ${record?.state}`,
   );
   return { sent, invocations, record, emf, queue, hours };
-}
-
-/** Returns once no DynamoDB request is in flight across two event-loop turns. */
-async function quiet(inFlight: () => number): Promise<void> {
-  for (;;) {
-    await settle();
-    if (inFlight() > 0) continue;
-    await settle();
-    if (inFlight() === 0) return;
-  }
 }
 
 function duplicates(sent: readonly string[]): number {

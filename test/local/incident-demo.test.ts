@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runIncidentDemo } from '../../local/incident-demo.js';
+import { runStart } from '../../local/start-command.js';
+import { ScaledClock } from './scaled-clock.js';
 
 let outputDir: string;
 beforeAll(async () => {
@@ -28,13 +30,24 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
     });
     expect(result.guarded).toMatchObject({
       fires: 3,
-      claims: 1,
+      runs: 1,
       delivered: 300,
       recipientsReached: 300,
       duplicates: 0,
       inDoubt: 0,
     });
     expect(text()).toMatch(/emails delivered\s+900\s+300/);
+    expect(text()).toMatch(/runs\s+3\s+1\n/);
+    expect(result.outcome).toEqual({
+      delivered: 300,
+      duplicates: 0,
+      inDoubt: 0,
+      failed: 0,
+      unfinished: 0,
+      runs: 1,
+    });
+    // No --json: the output ends with the table's notes, not a JSON line.
+    expect(text().trimEnd().split('\n').at(-1)).toMatch(/^Log: /);
     expect(text()).toContain('300 customers, 3 replicas: unguarded sent 900, slotguard sent 300.');
   });
 
@@ -50,9 +63,10 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
       .split('\n')
       .filter((line) => line.length > 0)
       .map((line) => (JSON.parse(line) as { window?: string }).window);
-    // Claimed, stood down, completed: every line names the window, spelled as printed.
-    expect(logged.length).toBeGreaterThanOrEqual(3);
-    expect(new Set(logged)).toEqual(new Set([printed]));
+    // Claimed, stood down, completed: every line that names the window spells it as printed.
+    const named = logged.filter((window) => window !== undefined);
+    expect(named.length).toBeGreaterThanOrEqual(3);
+    expect(new Set(named)).toEqual(new Set([printed]));
   });
 
   it('still delivers exactly one email per customer with duplicates, a retry, a crash and a pause injected', async () => {
@@ -65,7 +79,10 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
       out,
       faults: ['duplicate', 'retry', 'crash', 'pause'],
       seed: 42,
-      leaseSeconds: 2,
+      // Each fault is recovered from the work queue a lease or more later (a copy that found the
+      // slot held waits at least 30 s): a 10 s lease on a clock running 5 times real time.
+      leaseSeconds: 10,
+      clock: new ScaledClock(5),
     });
 
     expect(result.faults).toHaveLength(2);
@@ -92,7 +109,47 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
       backend: 'postgres',
       ...(process.env.DATABASE_URL ? { databaseUrl: process.env.DATABASE_URL } : {}),
     });
-    expect(result.guarded).toMatchObject({ claims: 1, delivered: 100, duplicates: 0, inDoubt: 0 });
+    expect(result.guarded).toMatchObject({ runs: 1, delivered: 100, duplicates: 0, inDoubt: 0 });
     expect(text()).toMatch(/slotguard on (embedded )?PostgreSQL/);
   });
+});
+
+describe('npm start -- --recipients 20000 --send-rate 500 --lambda-timeout 10 --json', () => {
+  it('finishes a window four Lambda runs long: every customer one email, none twice, none unfinished, in 3 runs or more', async () => {
+    // The command at a tenth of its customers and send rate: the same 40 s of sending for 10-second
+    // invocations, four runs' worth. Its clock runs 5 times real time (send rate, Lambda's limit,
+    // leases, the queue's visibility alike), so the slotguard side takes about 8 s, not 40.
+    const stdout = collector();
+    const stderr = collector();
+    const ownDir = await mkdtemp(join(outputDir, 'json-'));
+    const code = await runStart(
+      ['--recipients', '2000', '--send-rate', '50', '--lambda-timeout', '10', '--json', '--out', ownDir],
+      { stdout: stdout.out, stderr: stderr.out, clock: new ScaledClock(5), env: {} },
+    );
+
+    const lines = stdout.text().trimEnd().split('\n');
+    const summary = JSON.parse(lines.at(-1)!) as Record<string, number>;
+    expect(Object.keys(summary).sort()).toEqual([
+      'delivered',
+      'duplicates',
+      'failed',
+      'inDoubt',
+      'runs',
+      'unfinished',
+    ]);
+    // Read from the SMTP server (delivered, duplicates) and the store (the rest).
+    expect(summary).toMatchObject({ delivered: 2000, duplicates: 0, inDoubt: 0, failed: 0, unfinished: 0 });
+    expect(summary.runs).toBeGreaterThanOrEqual(3);
+    expect(code).toBe(0);
+    expect(stderr.text()).toBe('');
+    // The table agrees: slotguard's runs, and the unguarded replicas stopped at the time limit with
+    // a fraction of the list sent, much of it twice.
+    const table = stdout.text();
+    expect(table).toMatch(new RegExp(`runs\\s+3\\s+${summary.runs}\\n`));
+    expect(table).toMatch(/emails delivered\s+[\d,]+\s+2,000\n/);
+    const unguarded = Number(/unguarded sent ([\d,]+),/.exec(table)?.[1]?.replace(/,/g, ''));
+    expect(unguarded).toBeGreaterThan(0);
+    expect(unguarded).toBeLessThan(2000);
+    expect(table).toContain(`slotguard's window took ${summary.runs} runs`);
+  }, 120_000);
 });

@@ -5,14 +5,19 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { jobCatalog } from '../../functions/catalog.js';
 import { type LocalJob, localJob } from '../../functions/local-jobs.js';
 import { type LocalBackend, openLocalBackend } from '../../local/local-backend.js';
-import { LocalRunner, type WindowReport, windowSender } from '../../local/local-runner.js';
+import { describeWindow, LocalRunner, type WindowReport, windowSender } from '../../local/local-runner.js';
+import { rateLimitedSender } from '../../local/rate-limited-sender.js';
 import type { FaultKind } from '../../local/replica-faults.js';
 import { startServe } from '../../local/serve.js';
 import { type SmtpSink, startSmtpSink } from '../../local/smtp-sink.js';
 import { smtpSender } from '../../shared/effects/smtp-email-sender.js';
+import { TokenBucket } from '../../shared/effects/token-bucket.js';
 import type { CatchUpPolicy } from '../../shared/job/job-spec.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { ManualClock } from '../helpers/manual-clock.js';
+import { inVirtualTime, VirtualClock } from '../helpers/virtual-clock.js';
+import { InFlight } from './in-flight.js';
+import { ScaledClock } from './scaled-clock.js';
 
 const dynamo = useDynamo();
 let sink: SmtpSink;
@@ -28,7 +33,6 @@ afterAll(async () => {
 beforeEach(() => sink.reset());
 
 const paymentSpec = jobCatalog.find((job) => job.id === 'payment-reminder')!;
-const LEASE_MS = (paymentSpec.leaseSeconds ?? 60) * 1000;
 
 function paymentJob(invoicesPerWindow: number, catchUp?: CatchUpPolicy): LocalJob {
   return localJob({ ...paymentSpec, ...(catchUp ? { catchUp } : {}) }, { invoicesPerWindow });
@@ -43,39 +47,64 @@ async function freshBackend(): Promise<LocalBackend> {
   return backend;
 }
 
-function runner(
-  backend: LocalBackend,
-  clock: ManualClock,
-  jobs: LocalJob[],
-  options: {
-    faults?: FaultKind[];
-    replicas?: number;
-    seed?: number;
-    onFault?: (fault: string) => void;
-    reports?: WindowReport[];
-  } = {},
-) {
+interface RunnerOptions {
+  faults?: FaultKind[];
+  replicas?: number;
+  seed?: number;
+  onFault?: (fault: string) => void;
+  reports?: WindowReport[];
+  /** Counts store requests and emails under way, for a test in virtual time. */
+  inFlight?: InFlight;
+  /** Emails a second, on the clock. @default unlimited */
+  sendRate?: number;
+  lambdaTimeoutMs?: number;
+}
+
+function runner(backend: LocalBackend, clock: ManualClock, jobs: LocalJob[], options: RunnerOptions = {}) {
+  const io = options.inFlight;
+  const bucket = options.sendRate ? new TokenBucket({ ratePerSecond: options.sendRate, clock }) : undefined;
   return new LocalRunner({
     jobs,
-    backend: backend.backend,
-    senderFor: (from) => smtpSender({ host: sink.host, port: sink.port, from, maxConnections: 4 }),
+    backend: io ? io.backend(backend.backend) : backend.backend,
+    senderFor: (from) => {
+      const smtp = smtpSender({ host: sink.host, port: sink.port, from, maxConnections: 4 });
+      const counted = io ? io.sender(smtp) : smtp;
+      return bucket ? rateLimitedSender(counted, bucket) : counted;
+    },
     sink,
     clock,
     replicas: options.replicas ?? 3,
     faults: options.faults ?? [],
     seed: options.seed ?? 1,
+    ...(options.lambdaTimeoutMs ? { lambdaTimeoutMs: options.lambdaTimeoutMs } : {}),
     ...(options.onFault ? { onFault: options.onFault } : {}),
     ...(options.reports ? { onWindow: (report: WindowReport) => options.reports!.push(report) } : {}),
   });
 }
 
-/** A promise of the next fault, and the function the runner calls. */
-function nextFault() {
-  let strike: (fault: string) => void = () => {};
-  const struck = new Promise<string>((resolve) => {
-    strike = resolve;
+/**
+ * Fires the payment reminder's window at `time` with `invoices` on a fresh table and runs it in
+ * virtual time until it is over: every lease, send-rate token and redelivery passes at once, no
+ * request or email is overtaken by time. Its report, and the faults that struck.
+ */
+async function windowInVirtualTime(
+  time: string,
+  invoices: number,
+  options: Omit<RunnerOptions, 'inFlight' | 'onFault' | 'reports'>,
+) {
+  const window = new Date(`2026-11-30T${time}:00Z`);
+  const clock = new VirtualClock(window.getTime());
+  const io = new InFlight();
+  const strikes: string[] = [];
+  const job = paymentJob(invoices);
+  const local = runner(await freshBackend(), clock, [job], {
+    ...options,
+    inFlight: io,
+    onFault: (fault) => strikes.push(fault),
   });
-  return { struck, onFault: (fault: string) => strike(fault) };
+  const report = await inVirtualTime(clock, io.count, local.fire(job, window));
+  await local.stop();
+  return { report, strikes, mail: sink.from(windowSender(job.spec.id, window)) };
 }
 
 describe('the local runner', () => {
@@ -98,9 +127,11 @@ describe('the local runner', () => {
       '2026-11-30T06:30:00Z',
     ]);
     for (const report of reports) {
-      // 3 replicas, each delivered twice, and one retry with attempt number 2: 7 fires, 1 claim.
+      // 3 replicas and the retry (attempt number 2), each message's first delivery handed out
+      // twice: 8 fires, 1 run.
       expect(report).toMatchObject({
-        fires: 7,
+        fires: 8,
+        runs: 1,
         state: 'DONE',
         epoch: 1,
         delivered: 5,
@@ -118,36 +149,23 @@ describe('the local runner', () => {
 
   it('runs several windows once each with every fault injected: 3 replicas, duplicates, a retry, a crash and a pause per window', async () => {
     const backend = await freshBackend();
-    const clock = new ManualClock(Date.parse('2026-11-30T05:59:00Z'));
+    const clock = new VirtualClock(Date.parse('2026-11-30T05:59:00Z'));
+    const io = new InFlight();
     const strikes: string[] = [];
-    const unhandled: string[] = [];
-    let wake: () => void = () => {};
     const reports: WindowReport[] = [];
     const local = runner(backend, clock, [paymentJob(20)], {
       faults: ['duplicate', 'retry', 'crash', 'pause'],
       seed: 5,
       reports,
-      onFault: (fault) => {
-        strikes.push(fault);
-        unhandled.push(fault);
-        wake();
-      },
+      inFlight: io,
+      onFault: (fault) => strikes.push(fault),
     });
     await local.start({ catchUp: false });
     for (const fireAt of ['06:00', '06:15']) {
       await clock.advance(Date.parse(`2026-11-30T${fireAt}:00Z`) - clock.now());
-      // Each crash or pause is recovered once its lease has run out: move the clock past it, as
-      // often as faults strike, until the window is over.
-      let over = false;
-      const window = local.idle().then(() => {
-        over = true;
-      });
-      while (!over) {
-        if (unhandled.length === 0) {
-          await Promise.race([window, new Promise<void>((resolve) => (wake = resolve))]);
-        }
-        if (unhandled.shift() !== undefined) await clock.advance(LEASE_MS + 3_000);
-      }
+      // A crashed or frozen holder's window comes back from the queue once its lease is over: time
+      // moves to each redelivery, and the window ends.
+      await inVirtualTime(clock, io.count, local.idle());
     }
     await local.stop();
 
@@ -157,6 +175,8 @@ describe('the local runner', () => {
       expect(report).toMatchObject({ state: 'DONE', duplicates: 0 });
       // One claim per run that performed effects: the first holder, then one per takeover.
       expect(report.claimedBy).toHaveLength(1 + report.faults.length);
+      expect(report.runs).toBe(report.claimedBy.length);
+      expect(report.epoch).toBe(report.runs);
       expect(report.done + report.inDoubt).toBe(20);
       expect(report.delivered).toBeGreaterThanOrEqual(20 - report.inDoubt);
       expect(report.delivered).toBeLessThanOrEqual(20);
@@ -165,43 +185,67 @@ describe('the local runner', () => {
   });
 
   it('does not email an invoice twice when the holder crashes at a random effect and a redelivery takes over after the lease', async () => {
-    const backend = await freshBackend();
-    const clock = new ManualClock(Date.parse('2026-11-30T06:00:00Z'));
-    const { struck, onFault } = nextFault();
-    const job = paymentJob(40);
-    const local = runner(backend, clock, [job], { faults: ['crash'], seed: 7, onFault });
-    const window = new Date('2026-11-30T06:00:00Z');
-    const fired = local.fire(job, window);
-    expect(await struck).toMatch(/replica-\d crashed at effect \d+ \((before|after)-send\)/);
-    // The crashed holder's lease has to run out before anyone may take the slot over.
-    await clock.advance(LEASE_MS + 3_000);
-    const report = await fired;
+    const { report, strikes, mail } = await windowInVirtualTime('06:00', 40, { faults: ['crash'], seed: 7 });
 
+    expect(strikes).toHaveLength(1);
+    expect(strikes[0]).toMatch(/replica-\d crashed at effect \d+ \((before|after)-send\)/);
+    // Nobody took the slot before the crashed holder's lease was over; then a message that had
+    // found the slot held came back and took it over.
     expect(report.claimedBy).toHaveLength(2);
     expect(report.claimedBy[1]).toMatch(/\/redelivery-1$/);
-    expect(report).toMatchObject({ state: 'DONE', epoch: 2, duplicates: 0 });
+    expect(report.ms).toBeGreaterThan(60_000);
+    expect(report).toMatchObject({ state: 'DONE', epoch: 2, runs: 2, duplicates: 0 });
     // Every invoice is either recorded done or in doubt; what is in doubt was sent at most once.
     expect(report.done + report.inDoubt).toBe(40);
     expect(report.delivered).toBeGreaterThanOrEqual(40 - report.inDoubt);
     expect(report.delivered).toBeLessThanOrEqual(40);
-    expect(sink.from(windowSender('payment-reminder', window)).duplicates).toBe(0);
+    expect(mail.duplicates).toBe(0);
   });
 
   it('fences a holder frozen past its lease: the takeover finishes the window and the zombie sends nothing twice', async () => {
-    const backend = await freshBackend();
-    const clock = new ManualClock(Date.parse('2026-11-30T06:15:00Z'));
-    const { struck, onFault } = nextFault();
-    const job = paymentJob(40);
-    const local = runner(backend, clock, [job], { faults: ['pause', 'duplicate'], seed: 11, onFault });
-    const fired = local.fire(job, new Date('2026-11-30T06:15:00Z'));
-    expect(await struck).toMatch(/froze at effect/);
-    await clock.advance(LEASE_MS + 3_000);
-    const report = await fired;
+    const { report, strikes } = await windowInVirtualTime('06:15', 40, {
+      faults: ['pause', 'duplicate'],
+      seed: 11,
+    });
 
+    expect(strikes).toHaveLength(1);
+    expect(strikes[0]).toMatch(/froze at effect/);
     expect(report.claimedBy).toHaveLength(2);
     expect(report).toMatchObject({ state: 'DONE', epoch: 2, duplicates: 0, delivered: 40 });
     expect(report.done + report.inDoubt).toBe(40);
     expect(sink.duplicates()).toBe(0);
+  });
+
+  it('finishes a window bigger than one Lambda run from the work queue, none twice, when its holder crashes mid-window', async () => {
+    // 10 emails a second and 10-second invocations: a run reserves for 7.5 s (a quarter of its time
+    // is kept to stop in), and its 8 effects under way drain in under a second: about 80 a run.
+    const { report, strikes, mail } = await windowInVirtualTime('06:30', 200, {
+      faults: ['crash'],
+      seed: 3,
+      replicas: 2,
+      sendRate: 10,
+      lambdaTimeoutMs: 10_000,
+    });
+
+    expect(strikes).toHaveLength(1);
+    // The crash struck a continuation: the first run had stopped for time, and its message had
+    // come back.
+    expect(strikes[0]).toMatch(/replica-\d\/redelivery-\d+ crashed at effect \d+/);
+    expect(report).toMatchObject({ state: 'DONE', duplicates: 0, failed: 0, errors: [] });
+    // The first run, the continuation that crashed, and the takeover that finished the window.
+    expect(report.runs).toBeGreaterThanOrEqual(3);
+    expect(report.runs).toBe(report.claimedBy.length);
+    expect(report.epoch).toBe(report.runs);
+    // Continuations are redeliveries of the window's messages, each run under its own time limit.
+    expect(report.claimedBy.slice(1).every((name) => /\/redelivery-\d+$/.test(name))).toBe(true);
+    expect(report.done + report.inDoubt).toBe(200);
+    expect(mail.duplicates).toBe(0);
+    expect(mail.total).toBe(report.delivered);
+    expect(report.delivered).toBeGreaterThanOrEqual(200 - report.inDoubt);
+    expect(report.delivered).toBeLessThanOrEqual(200);
+    expect(describeWindow(report)).toContain(
+      `fires ${report.fires}  runs ${report.runs}  claimed by replica-`,
+    );
   });
 
   it.each([
@@ -273,7 +317,7 @@ describe('npm start -- serve', () => {
         .filter((line) => line.startsWith('2026-11-30T06:00:00Z'));
       expect(windows).toHaveLength(2);
       expect(windows.find((l) => l.includes('weekly-report'))).toMatch(
-        /fires 2 .*delivered 30 .*duplicates 0 .*in doubt 0 .*DONE epoch 1/,
+        /fires 2 {2}runs 1 .*delivered 30 .*duplicates 0 .*in doubt 0 .*DONE epoch 1/,
       );
       expect(windows.find((l) => l.includes('payment-reminder'))).toMatch(/delivered 3 .*DONE epoch 1/);
       const state = JSON.parse(await readFile(join(stateDir, 'serve.json'), 'utf8')) as {
@@ -298,6 +342,49 @@ describe('npm start -- serve', () => {
         'catch-up payment-reminder: 2 windows missed since the last start; policy once within 1440 min: ran 1, not run: 1 superseded',
       );
       expect(text).toContain('catch-up weekly-report: no window missed');
+    } finally {
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  });
+
+  it('continues a window longer than one Lambda run from the work queue, and its line shows the runs', async () => {
+    const stateDir = await mkdtemp(join(tmpdir(), 'slotguard-serve-'));
+    try {
+      const lines: string[] = [];
+      let weeklyOver: () => void = () => {};
+      const weekly = new Promise<void>((resolve) => {
+        weeklyOver = resolve;
+      });
+      const out = {
+        write: (text: string) => {
+          lines.push(text);
+          if (text.startsWith('2026-11-30T06:00:00Z weekly-report ')) weeklyOver();
+          return true;
+        },
+      };
+      // 300 customers at 10 emails a second are 30 s of sending for 10-second invocations; the
+      // clock runs 10 times real time and starts 10 s before Monday's 09:00 Moscow (06:00Z).
+      const serve = await startServe({
+        stateDir,
+        replicas: 2,
+        customers: 300,
+        invoicesPerWindow: 3,
+        sendRatePerSecond: 10,
+        lambdaTimeoutSeconds: 10,
+        out,
+        clock: new ScaledClock(10, Date.parse('2026-11-30T05:59:50Z')),
+      });
+      await weekly;
+      await serve.stop();
+
+      const text = lines.join('');
+      expect(text).toContain("10 emails a second, Lambda's time limit 10 s");
+      const line = text.split('\n').find((l) => l.startsWith('2026-11-30T06:00:00Z weekly-report '))!;
+      expect(line).toMatch(/delivered 300 {2}duplicates 0 {2}in doubt 0 {2}DONE epoch \d+/);
+      const runs = Number(/ runs (\d+) /.exec(line)?.[1]);
+      expect(runs).toBeGreaterThanOrEqual(3);
+      expect(line).toContain(`DONE epoch ${runs}`);
+      expect(line).toMatch(/claimed by replica-\d → replica-\d\/redelivery-1 → /);
     } finally {
       await rm(stateDir, { recursive: true, force: true });
     }
