@@ -339,7 +339,10 @@ export class EffectRunner {
       });
       this.#unsettled.delete(keyHash);
       this.#failuresRecorded++;
-      this.#countStreak(`refused:${error.reason}`);
+      // A recipient the provider rejects says nothing about the next one (a suppressed or bad
+      // address): ten of them in a row are ten failed recipients, not a failing provider.
+      if (error.reason === NotPerformedReason.Rejected) this.#streak = undefined;
+      else this.#countStreak(`refused:${error.reason}`);
       if (retryAt === undefined) {
         this.#countFailed(keyHash);
         return 'failed';

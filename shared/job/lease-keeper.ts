@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { Clock } from '../clock.js';
 import { SlotguardError } from '../errors.js';
 import type { Claim, ClaimStore } from '../slot/ports.js';
@@ -47,7 +48,7 @@ export interface LeaseKeeperOptions {
  */
 export class LeaseKeeper {
   readonly #options: LeaseKeeperOptions;
-  readonly #controller = new AbortController();
+  readonly #controller = withListenerRoom(new AbortController());
   #leaseEndsAt: number;
   #cancelRenew: () => void = () => {};
   #cancelExpiry: () => void = () => {};
@@ -152,3 +153,13 @@ export class LeaseKeeper {
 }
 
 const iso = (millis: number) => new Date(millis).toISOString();
+
+/**
+ * The lease's signal is handed to every effect under way, and each waits on it (a sender's wait for
+ * its send rate, an HTTP request): more than Node's default of 10 listeners is the normal case, not
+ * a leak, and the warning it prints would bury the run's log.
+ */
+function withListenerRoom(controller: AbortController): AbortController {
+  setMaxListeners(0, controller.signal);
+  return controller;
+}

@@ -102,6 +102,26 @@ describe('a provider that refuses or fails everything (issue 12, item 3)', () =>
     expect(await backend.claims.read(SLOT)).toMatchObject({ state: 'STUCK', runsWithoutProgress: 3 });
   });
 
+  it('does not take twelve rejected recipients in a row for a failing provider: the rest are still sent', async () => {
+    const backend = testBackend(dynamo.client(), await dynamo.freshTable());
+    const sender = new CountingSender(async (m) => {
+      if (Number(m.to.slice(10, 16)) <= 12)
+        throw new EffectNotPerformedError('address suppressed', { reason: 'rejected' });
+    });
+    const { handler } = testHandler(
+      weeklyReportJob({ customers: () => syntheticCustomers(40), sender, concurrency: 1 }),
+      backend,
+      { clock: new ManualClock(Date.parse(WINDOW) + 500) },
+    );
+    const result = await handler(schedulerEvent('weekly-report', WINDOW));
+    expect(result).toMatchObject({
+      status: 'yielded',
+      reason: 'retry-wait',
+      summary: { done: 28, retrying: 12 },
+    });
+    expect(sender.total).toBe(28);
+  });
+
   it('stops the run after 10 unknown errors of one kind in a row, leaving just those 10 in doubt', async () => {
     const backend = testBackend(dynamo.client(), await dynamo.freshTable());
     const sender = new CountingSender(async () => {

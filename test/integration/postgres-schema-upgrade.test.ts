@@ -222,8 +222,8 @@ describe('Postgres schema upgrades', () => {
     await migrate(postgres.pool({ max: 1 }), { schema: upgraded.schema });
     const fresh = await postgres.freshSchema('v3');
     const [a, b] = [await catalogOf(upgraded.schema), await catalogOf(fresh)];
-    // slots 20 + 2 + 5 columns (versions 1, 2, 3), effects 9 + 1 + 3, schema_version 2.
-    expect(a.columns).toHaveLength(42);
+    // slots 20 + 2 + 6 columns (versions 1, 2, 3), effects 9 + 1 + 3, schema_version 2.
+    expect(a.columns).toHaveLength(43);
     expect(a.constraints.length).toBeGreaterThanOrEqual(9);
     expect(a).toEqual(b);
     const checks = await stateChecks(fresh);

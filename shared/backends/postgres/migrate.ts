@@ -22,7 +22,7 @@ export interface MigrateResult {
  * Creates slotguard's tables in `schema`, or does nothing if they exist. Idempotent and safe to run
  * from several replicas at once (an advisory transaction lock serialises them), in one transaction,
  * so a failure leaves nothing half made. The runtime never creates tables itself: run this from a
- * deploy step or the CLI (`node --import tsx shared/backends/postgres/cli.ts migrate --schema X`).
+ * deploy step or the CLI (`slotguard postgres migrate --schema X`).
  * @example await migrate(pool, { schema: 'slotguard' })
  */
 export async function migrate(pool: Pool, options: MigrateOptions): Promise<MigrateResult> {
@@ -43,7 +43,7 @@ export async function migrate(pool: Pool, options: MigrateOptions): Promise<Migr
   }
 }
 
-/** The migration as one script, for a DBA to review or run by hand (`cli.ts migrate --print`). */
+/** The migration as one script, for a DBA to review or run by hand (`slotguard postgres migrate --print`). */
 export function migrationScript(schema: string): string {
   return `BEGIN;\n${sqlFor(schema)
     .migration.map((statement) => `${statement.replace(/\n {6}/g, '\n')};`)

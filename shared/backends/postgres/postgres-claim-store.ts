@@ -92,12 +92,13 @@ export type SlotRow = {
   readonly checkpoint: Checkpoint | null;
   readonly progress: RunSummary | null;
   readonly runs_without_progress: number;
+  readonly key_version: string | null;
   readonly resume_after: Date | null;
   readonly lease_expired?: boolean | null;
 };
 
 /** What the claim's upsert returns: the grant, and the window's progress as the replaced row had it. */
-type GrantRow = Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress'> & {
+type GrantRow = Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version'> & {
   readonly epoch: number;
   readonly lease_until: Date;
   readonly previous_owner: string | null;
@@ -200,6 +201,7 @@ export class PostgresClaimStore implements ClaimStore {
             lease.delivery.backfilled === true,
             new Date(lease.deadline),
             takeoverBefore,
+            lease.keyVersion ?? null,
           ]);
           if (granted) return grantedOutcome(slot, lease, granted);
           answer = await this.#explain(query, slot, lease.owner, now, takeoverBefore);
@@ -372,16 +374,19 @@ function grantedOutcome(slot: Slot, lease: LeaseRequest, row: GrantRow): ClaimOu
       epoch: row.epoch,
       leaseEndsAt: row.lease_until.getTime(),
       via,
-      window: progressOf(windowFields(row), lease.deadline),
+      window: progressOf(windowFields(row), lease.deadline, lease.keyVersion),
     },
     ...(via === 'takeover' && row.previous_owner ? { previousHolder: row.previous_owner } : {}),
   };
 }
 
 /** The window's progress columns of a row, as the port's record spells them. */
-function windowFields(row: Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress'>) {
+function windowFields(
+  row: Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version'>,
+) {
   return {
     runsWithoutProgress: row.runs_without_progress,
+    ...(row.key_version !== null && row.key_version !== undefined ? { keyVersion: row.key_version } : {}),
     ...(row.deadline ? { deadline: row.deadline.getTime() } : {}),
     ...(row.checkpoint ? { checkpoint: row.checkpoint } : {}),
   };

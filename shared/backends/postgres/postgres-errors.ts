@@ -57,7 +57,7 @@ export function translateError(operation: string, subject: string, schema: strin
     return new ConfigurationError(
       'schema',
       `Postgres ${operation} of ${subject} ${found}; ` +
-        `run the migration first: node --import tsx shared/backends/postgres/cli.ts migrate --schema ${schema}`,
+        `run the migration first: slotguard postgres migrate --schema ${schema}`,
       { cause },
     );
   }

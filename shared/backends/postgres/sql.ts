@@ -27,7 +27,7 @@ export { assertSchemaName, SCHEMA_NAME_PATTERN } from './postgres-settings.js';
  * 1: slots, effects, schema_version.
  * 2: `slots.backfilled`, and `operator_action` on slots and effects (the operator store's note).
  * 3: windows that finish across runs: slot states PARTIAL and STUCK, and `deadline`, `checkpoint`,
- *    `progress`, `runs_without_progress`, `resume_after` on slots; effect state FAILED, and
+ *    `progress`, `runs_without_progress`, `resume_after`, `key_version` on slots; effect state FAILED, and
  *    `attempts`, `retry_at`, `reason` on effects.
  */
 export const SCHEMA_VERSION = 3;
@@ -44,7 +44,7 @@ const now = (param: string) => `COALESCE(${param}::timestamptz, clock_timestamp(
 /** The slot columns `read` and every conflict explanation decode (see SlotRow in the claim store). */
 const SLOT_COLUMNS = `state, owner, epoch, lease_until, attempts, failures, max_attempts, claimed_at,
   execution_id, attempt_number, invocation_id, backfilled, summary, last_error, completed_at, expires_at,
-  deadline, checkpoint, progress, runs_without_progress, resume_after`;
+  deadline, checkpoint, progress, runs_without_progress, resume_after, key_version`;
 
 /** The effect columns every read decodes (see EffectRow in the ledger). */
 const EFFECT_COLUMNS = 'key_hash, state, epoch, owner, attempts, retry_at, reason';
@@ -159,17 +159,18 @@ export function sqlFor(schema: string) {
      * $1 job, $2 window, $3 owner, $4 now, $5 lease ms, $6 max attempts, $7 caller's clock,
      * $8 execution id, $9 attempt number, $10 invocation id, $11 expires at (epoch seconds),
      * $12 backfilled (recorded per grant: a retry by the schedule itself is not a backfill),
-     * $13 the deadline this claim asks for, $14 takeover-before (as in probeSlot).
+     * $13 the deadline this claim asks for, $14 takeover-before (as in probeSlot), $15 the
+     * effect-key version this claim hashes with (kept from the first claim, like the deadline).
      */
     claimSlot: `
       WITH t AS (SELECT ${now('$4')} AS now)
       INSERT INTO ${slots} AS s (
         job_id, slot_window, state, owner, epoch, lease_until, attempts, failures, max_attempts,
         claimed_at, claimer_clock, execution_id, attempt_number, invocation_id, backfilled, expires_at,
-        deadline)
+        deadline, key_version)
       SELECT $1::text, $2::text, 'RUNNING', $3::text, 1, t.now + $5::double precision * interval '1 millisecond',
         1, 0, $6::integer, t.now, $7::timestamptz, $8::text, $9::integer, $10::text, $12::boolean,
-        to_timestamp($11::double precision), $13::timestamptz
+        to_timestamp($11::double precision), $13::timestamptz, $15::text
       FROM t
       ON CONFLICT (job_id, slot_window) DO UPDATE SET
         state = 'RUNNING', owner = EXCLUDED.owner, epoch = s.epoch + 1, lease_until = EXCLUDED.lease_until,
@@ -178,11 +179,11 @@ export function sqlFor(schema: string) {
         execution_id = EXCLUDED.execution_id, attempt_number = EXCLUDED.attempt_number,
         invocation_id = EXCLUDED.invocation_id, backfilled = EXCLUDED.backfilled,
         expires_at = EXCLUDED.expires_at, deadline = COALESCE(s.deadline, EXCLUDED.deadline),
-        progress = NULL, resume_after = NULL
+        key_version = COALESCE(s.key_version, EXCLUDED.key_version), progress = NULL, resume_after = NULL
       WHERE (s.state = 'RUNNING' AND s.lease_until < COALESCE($14::timestamptz, EXCLUDED.claimed_at))
         OR (s.state = 'RELEASED' AND (s.resume_after IS NULL OR s.resume_after <= EXCLUDED.claimer_clock))
       RETURNING s.epoch, s.lease_until, s.previous_owner, s.previous_state, s.deadline, s.checkpoint,
-        s.runs_without_progress`,
+        s.runs_without_progress, s.key_version`,
 
     /*
      * Timeline of a renewal: only the holder of this exact grant extends its lease.
@@ -543,6 +544,7 @@ export function sqlFor(schema: string) {
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS progress jsonb`,
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS runs_without_progress integer NOT NULL DEFAULT 0`,
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS resume_after timestamptz`,
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS key_version text`,
       `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0`,
       `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS retry_at timestamptz`,
       `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS reason text`,
