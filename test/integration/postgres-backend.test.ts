@@ -328,6 +328,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
         false,
         new Date(DEADLINE),
         null,
+        null,
       ])
     ).rows;
     expect(granted).toMatchObject({ epoch: 2 });
@@ -412,6 +413,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
             Math.ceil(WINDOW_MS / 1000) + 86_400 * 35,
             false,
             new Date(DEADLINE),
+            null,
             null,
           ]);
           return rows as { epoch: number }[];

@@ -146,7 +146,7 @@ describe('a Lambda handler configured for Postgres from the environment Postgres
 
     expect(failure).toBeInstanceOf(ConfigurationError);
     expect((failure as Error).message).toMatch(
-      new RegExp(`run the migration first: .*cli\\.ts migrate --schema ${schema}`),
+      new RegExp(`run the migration first: slotguard postgres migrate --schema ${schema}`),
     );
     expect(sender.total).toBe(0);
   });
