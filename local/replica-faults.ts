@@ -120,6 +120,9 @@ export function gatedBackend(
     complete: (claim, summary, now) => gate.pass(() => backend.claims.complete(claim, summary, now)),
     release: (claim, reason, now) => gate.pass(() => backend.claims.release(claim, reason, now)),
     read: (slot) => gate.pass(() => backend.claims.read(slot)),
+    shardFinished: (window, shard) => gate.pass(() => backend.claims.shardFinished(window, shard)),
+    finishSharded: (window, finish, now) =>
+      gate.pass(() => backend.claims.finishSharded(window, finish, now)),
   };
   const ledger: EffectLedger = {
     reserve: (claim, keyHash, options) => gate.pass(() => backend.ledger.reserve(claim, keyHash, options)),

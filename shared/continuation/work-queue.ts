@@ -139,7 +139,7 @@ const MINUTE = 60_000;
  *
  * | outcome                                                                  | disposition                                  |
  * | ------------------------------------------------------------------------ | -------------------------------------------- |
- * | completed; stuck; duplicate done, failed or stuck; failed with the slot FAILED; rejected | done                         |
+ * | completed; stuck; sharded; duplicate done, failed, stuck or sharded; failed with the slot FAILED; rejected | done       |
  * | yielded                                                                  | retry after resumeAfter − now, at least 1 s  |
  * | duplicate held                                                           | retry after the lease's end + 5 s, at least 30 s |
  * | duplicate waiting                                                        | retry after until − now, at least 1 s        |
@@ -154,6 +154,8 @@ export function dispositionOf(outcome: RunOutcome, context: DispositionContext):
     case 'completed':
     case 'stuck':
     case 'rejected':
+    // Each shard's own message carries the window from here.
+    case 'sharded':
       return done;
     case 'yielded':
       return retry(Math.max(SECOND, (outcome.resumeAfter ?? now) - now));
@@ -163,6 +165,8 @@ export function dispositionOf(outcome: RunOutcome, context: DispositionContext):
         case 'done':
         case 'failed':
         case 'stuck':
+        // The window's shards carry it now, each on its own message.
+        case 'sharded':
           return done;
         case 'held':
           // The holder renews every third of its lease; if it died, the lease ends and the retry

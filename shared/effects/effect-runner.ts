@@ -247,6 +247,9 @@ export class EffectRunner {
       case 'failed':
         this.#countFailed(keyHash);
         return 'failed';
+      case 'elsewhere':
+        // Another shard's to perform or report: this shard passes it by, uncounted.
+        return 'passed';
       case 'reserved':
         return this.#perform(keyHash, reservation.attempt, perform);
       default:

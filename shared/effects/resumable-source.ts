@@ -130,3 +130,19 @@ export class WalkWatermark {
     }
   }
 }
+
+/** One shard of a sharded window, as a job sees it. */
+export interface ShardOfWindow {
+  /** This run's shard, from 0. */
+  readonly index: number;
+  /** How many shards the window is split into. */
+  readonly count: number;
+}
+
+/**
+ * The shard a key belongs to, by its stored hash: the hash's first 32 bits modulo the count. Every
+ * shard of a window hashes with the key version the window pinned, so a key lands in one shard.
+ */
+export function shardOfKeyHash(keyHash: string, count: number): number {
+  return Number.parseInt(keyHash.slice(0, 8), 16) % count;
+}

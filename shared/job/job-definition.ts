@@ -1,5 +1,5 @@
 import type { EffectResult } from '../effects/effect-runner.js';
-import type { ResumableSource } from '../effects/resumable-source.js';
+import type { ResumableSource, ShardOfWindow } from '../effects/resumable-source.js';
 import type { Delivery } from '../slot/ports.js';
 import type { Slot } from '../slot/slot.js';
 import type { Log } from '../telemetry/log.js';
@@ -14,6 +14,12 @@ export interface JobContext {
   readonly delivery: Delivery;
   /** Aborted the moment the lease is lost; pass it to every call that can be cancelled. */
   readonly signal: AbortSignal;
+  /**
+   * This run's shard, when the job splits each window into shards (`shards` in its JobSpec): each
+   * shard is its own run, in parallel. `onceEach` keeps only this shard's items (by the hash of
+   * their key) unless told the source already did (`split: 'source'`).
+   */
+  readonly shard?: ShardOfWindow;
   /** Free-form input from the schedule's target input (`payload`), validated for size. */
   readonly payload: unknown;
   readonly log: Log;
@@ -37,7 +43,18 @@ export interface JobContext {
    */
   onceEach<T>(
     items: AsyncIterable<T> | Iterable<T> | ResumableSource<T>,
-    options: { readonly key: (item: T) => string; readonly concurrency?: number },
+    options: {
+      readonly key: (item: T) => string;
+      readonly concurrency?: number;
+      /**
+       * In a sharded window, who keeps each shard to its own items. `by-key`: every shard reads the
+       * whole list and keeps the items whose key hashes to it (no request for the others, but each
+       * shard reads and hashes every item). `source`: the job read `ctx.shard` and its source gives
+       * only this shard's items (a query by id range, say), which costs nothing extra.
+       * @default 'by-key'
+       */
+      readonly split?: 'by-key' | 'source';
+    },
     effect: (item: T, signal: AbortSignal) => Promise<void>,
   ): Promise<void>;
 }

@@ -97,6 +97,7 @@ function runOptionsFromEnvironment(env: Env) {
     // Two days at least: Scheduler retries a fire for up to 24 hours, and a record must outlive them.
     retentionDays: wholeNumber(env, RuntimeEnv.retentionDays, JOB_DEFAULTS.retentionDays, 2, 'days'),
     ...(deadlineSeconds !== undefined ? { deadlineMs: deadlineSeconds * 1000 } : {}),
+    shards: wholeNumber(env, RuntimeEnv.shards, 1, 1, 'shards'),
   } satisfies RunOptions;
 }
 

@@ -14,13 +14,20 @@ import {
   WorkQueueError,
 } from '../continuation/work-queue.js';
 import type { EffectKeyRing } from '../effects/effect-key.js';
-import { InvalidEventError, SlotguardError } from '../errors.js';
+import { ConfigurationError, InvalidEventError, SlotguardError } from '../errors.js';
 import type { Log } from '../telemetry/log.js';
 import { MetricName } from '../telemetry/metric-names.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
 import { safeErrorText } from '../telemetry/safe-error-text.js';
 import type { JobDefinition } from './job-definition.js';
-import { type RunOptions, type RunResult, resolveRunOptions, runSlot, type SlotBackend } from './run-slot.js';
+import {
+  type RunOptions,
+  type RunResult,
+  resolveRunOptions,
+  runSlot,
+  type ShardPlan,
+  type SlotBackend,
+} from './run-slot.js';
 import { type ParsedEvent, parseSchedulerEvent } from './scheduler-event.js';
 
 /** The part of Lambda's context the handler uses. */
@@ -106,7 +113,14 @@ type Outcome =
  */
 export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps): JobHandler {
   // Configuration first: options that cannot work fail at cold start, never on a window's attempt.
-  const { leaseMs } = resolveRunOptions(deps.options);
+  const { leaseMs, shards } = resolveRunOptions(deps.options);
+  if (shards > 1 && !deps.workQueue) {
+    throw new ConfigurationError(
+      'shards',
+      `job '${job.id}' is split into ${shards} shards but its handler has no work queue to send them to; ` +
+        'give createJobHandler a workQueue (ScheduledJob sets SLOTGUARD_WORK_QUEUE_URL) or set shards to 1',
+    );
+  }
   const clock = deps.clock ?? systemClock;
   const backend = initOnce(() =>
     typeof deps.backend === 'function' ? deps.backend() : Promise.resolve(deps.backend),
@@ -138,6 +152,8 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps): JobH
         metrics,
         log: deps.log,
         slot: parsed.slot,
+        ...(parsed.shard ? { shard: parsed.shard } : {}),
+        ...(deps.workQueue ? { fanOut: fanOutTo(deps.workQueue, event) } : {}),
         // A redelivery of the schedule's message is the engine continuing the window, not a second
         // fire: it must not count as a DuplicateClaim when it finds the slot held or done.
         delivery: hooks.redelivered ? { ...parsed.delivery, continuation: true } : parsed.delivery,
@@ -151,6 +167,30 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps): JobH
       if (error instanceof InvalidEventError) return { outcome: reject(error, metrics, deps.log), parsed };
       return { outcome: { status: 'threw', error }, parsed };
     }
+  }
+
+  /**
+   * The coordinator's fan-out: the window's event once per shard, naming the shard and what the
+   * window pinned. Each is a continuation (the engine at work, not a fire of the schedule).
+   */
+  function fanOutTo(queue: WorkQueue, event: unknown) {
+    return async (plan: ShardPlan) => {
+      const base = typeof event === 'object' && event !== null ? (event as Record<string, unknown>) : {};
+      for (let shard = 0; shard < plan.shards; shard++) {
+        await queue.send(
+          JSON.stringify({
+            ...base,
+            continuation: true,
+            shard,
+            shards: plan.shards,
+            deadline: plan.deadline,
+            ...(plan.keyVersion !== undefined ? { keyVersion: plan.keyVersion } : {}),
+          }),
+          0,
+        );
+      }
+      deps.log.info('window split: one message per shard sent', { shards: plan.shards });
+    };
   }
 
   function failure(outcome: Outcome, parsed: ParsedEvent | undefined): unknown {

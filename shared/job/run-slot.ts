@@ -9,7 +9,14 @@ import {
   InDoubtPolicy,
   type StopReason,
 } from '../effects/effect-runner.js';
-import { isResumable, type ResumableSource, sourceName, WalkWatermark } from '../effects/resumable-source.js';
+import {
+  isResumable,
+  type ResumableSource,
+  type ShardOfWindow,
+  shardOfKeyHash,
+  sourceName,
+  WalkWatermark,
+} from '../effects/resumable-source.js';
 import { ConfigurationError, InvalidEventError, StoreError } from '../errors.js';
 import type {
   Claim,
@@ -19,9 +26,10 @@ import type {
   EffectLedger,
   FinishOutcome,
   RunSummary,
+  WindowFinish,
   WindowSummary,
 } from '../slot/ports.js';
-import { canonicalSlot, type Slot } from '../slot/slot.js';
+import { assertShard, canonicalSlot, MAX_SHARDS, type Slot, windowSlot } from '../slot/slot.js';
 import type { Log } from '../telemetry/log.js';
 import { MetricName } from '../telemetry/metric-names.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
@@ -116,6 +124,13 @@ export interface RunOptions {
    */
   readonly takeoverSkewMs?: number;
   /**
+   * Shards a new window of this job is split into: each is its own fenced sub-claim, run by its own
+   * invocation, in parallel. The count is stored on the window's record by its first claim, so a
+   * changed setting never re-splits an open window. More than 1 needs `fanOut` (the work queue).
+   * @default 1
+   */
+  readonly shards?: number;
+  /**
    * Consecutive failures of one kind (a refusal reason, or an unknown error) that stop a run: the
    * provider is failing, and asking it 12,400 times helps nobody.
    * @default 10
@@ -136,6 +151,8 @@ export type RunResult =
       readonly summary: RunSummary;
       readonly window: WindowSummary;
     }
+  /** The window was split: one message per shard went out, and the shards run it from here. */
+  | { readonly status: 'sharded'; readonly epoch: number; readonly shards: number }
   /** Another holder has the slot, or it is finished, failed, stuck or waiting: this fire stood down. */
   | { readonly status: 'duplicate'; readonly outcome: Exclude<ClaimOutcome, { kind: 'claimed' }> }
   /**
@@ -179,13 +196,38 @@ export type RunResult =
     };
 
 /** What `runSlot` runs: the job, its backend, clock, metrics and log, for one slot and delivery. */
+/** One shard of a sharded window, as its message names it: which, of how many, and what the window pinned. */
+export interface ShardAssignment {
+  readonly index: number;
+  readonly count: number;
+  /** The window's effect-key version: every shard hashes with it, so a key lands in one shard. */
+  readonly keyVersion?: string;
+  /** The window's deadline (epoch ms): every shard is held to it. */
+  readonly deadline?: number;
+}
+
+/** What a sharded window's coordinator hands out: one message per shard. */
+export interface ShardPlan {
+  readonly shards: number;
+  readonly keyVersion?: string;
+  readonly deadline: number;
+}
+
 export interface RunSlotArgs {
   readonly job: JobDefinition;
   readonly backend: SlotBackend;
   readonly clock: Clock;
   readonly metrics: JobMetrics;
   readonly log: Log;
+  /** The window, or (with `shard`) the window whose shard this run is. */
   readonly slot: Slot;
+  /** This run is one shard of a sharded window. @default the window itself */
+  readonly shard?: ShardAssignment;
+  /**
+   * Sends one message per shard of a window being split (the work queue). Required for a job with
+   * more than one shard.
+   */
+  readonly fanOut?: (plan: ShardPlan) => Promise<void>;
   readonly delivery: Delivery;
   readonly payload?: unknown;
   readonly options?: RunOptions;
@@ -211,11 +253,24 @@ type ResolvedRunOptions = ReturnType<typeof resolveRunOptions>;
  * throws only for a configuration that cannot work (before any claim) or a store failure it cannot
  * classify.
  */
-export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
-  const { job, backend, clock, metrics, log, delivery } = args;
+export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
   // Configuration first: a value that cannot work must never cost a window one of its attempts.
-  const o = resolveRunOptions(args.options);
-  const slot = canonicalSlot(args.slot);
+  const o = resolveRunOptions(input.options);
+  const shard = input.shard;
+  if (shard) assertShard(shard.index, shard.count);
+  if (o.shards > 1 && !input.fanOut && !shard) {
+    throw new ConfigurationError(
+      'shards',
+      `job '${input.slot.jobId}' is set to ${o.shards} shards but this invocation has no work queue to send them to; ` +
+        'deploy through ScheduledJob (which gives each job its queue) or set shards to 1',
+    );
+  }
+  // From here on `slot` (and args.slot) is the slot this run claims: the window, or one of its shards.
+  const slot = canonicalSlot(
+    shard ? { ...windowSlot(input.slot), shard: shard.index } : windowSlot(input.slot),
+  );
+  const args: RunSlotArgs = { ...input, slot };
+  const { job, backend, clock, metrics, log, delivery } = args;
   const windowMs = Date.parse(slot.window);
   const now = clock.now();
   assertWindowClaimable(slot, windowMs, now, o.retentionDays);
@@ -231,9 +286,15 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
       expiresAtSeconds: Math.ceil((windowMs + o.retentionDays * DAY_MS) / 1000),
       // From the scheduled time, or from now for a window first claimed late (a backfill): its
       // record keeps the first claim's deadline, so continuations cannot move it.
-      deadline: Math.max(windowMs, now) + o.deadlineMs,
+      // A shard is held to its window's deadline and key version, as the window's claim pinned them.
+      deadline: shard?.deadline ?? Math.max(windowMs, now) + o.deadlineMs,
       takeoverSkewMs: o.takeoverSkewMs,
-      ...(args.keyRing ? { keyVersion: args.keyRing.current } : {}),
+      ...(shard?.keyVersion !== undefined
+        ? { keyVersion: shard.keyVersion }
+        : args.keyRing
+          ? { keyVersion: args.keyRing.current }
+          : {}),
+      ...(shard ? {} : { shards: o.shards }),
       delivery,
     },
     claimSentAt,
@@ -247,6 +308,8 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
       outcome: describeOutcome(outcome),
       ...delivery,
     });
+    // A shard found at its end (a retried message after a crash) makes sure its window heard of it.
+    if (slot.shard !== undefined && isShardEnd(outcome)) await shardEnded(args, slot);
     return { status: 'duplicate', outcome };
   }
   const claim = outcome.claim;
@@ -271,6 +334,10 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
   // Emitted now, not when the run ends: a long fan-out would otherwise hold it back for up to the
   // Lambda's 15 minutes.
   await metrics.flush();
+
+  // A window split into shards is not walked here: its coordinator hands it to one message per shard.
+  const shards = claim.window.shards ?? 1;
+  if (slot.shard === undefined && shards > 1) return splitWindow(args, o, claim, shards);
 
   // The window hashes with the key version its first claim pinned, whatever is current now.
   let hashKey: EffectKeyHasher;
@@ -358,6 +425,102 @@ export async function runSlot(args: RunSlotArgs): Promise<RunResult> {
   await checkpointer.stop();
   lease.stop();
   return finish(run, jobError);
+}
+
+/**
+ * The coordinator of a sharded window: sends one message per shard (each carries the window's
+ * deadline and key version), then marks the window SHARDED, which hands it to its shards: from then
+ * on each shard's message keeps its shard alive, and the last shard to end finishes the window. A
+ * crash before SHARDED leaves the window RUNNING: the takeover sends the shard messages again, and
+ * a shard claimed twice runs once (each shard is its own fenced slot).
+ */
+async function splitWindow(
+  args: RunSlotArgs,
+  o: ResolvedRunOptions,
+  claim: Claim,
+  shards: number,
+): Promise<RunResult> {
+  const { backend, clock, log, slot } = args;
+  const summary = emptySummary(claim.epoch);
+  const fanOut = args.fanOut;
+  try {
+    if (!fanOut) {
+      throw new ConfigurationError(
+        'shards',
+        `window ${slot.window} of job '${slot.jobId}' is split into ${shards} shards, but this invocation has no ` +
+          'work queue to send them to; run it through its work queue',
+      );
+    }
+    await fanOut({
+      shards,
+      deadline: claim.window.deadline,
+      ...(claim.window.keyVersion !== undefined ? { keyVersion: claim.window.keyVersion } : {}),
+    });
+  } catch (error) {
+    // Nothing was handed out for sure: give the window back, like a run that made no progress.
+    const noProgress = claim.window.runsWithoutProgress + 1;
+    await backend.claims.release(claim, { kind: 'yield', runsWithoutProgress: noProgress }, clock.now());
+    log.error('could not send the shards of a window; slot released for a retry', {
+      window: slot.window,
+      shards,
+      error: safeErrorText(error),
+    });
+    if (error instanceof ConfigurationError) throw error;
+    return { status: 'yielded', epoch: claim.epoch, summary, reason: 'store-error' };
+  }
+  const handed = await backend.claims.release(claim, { kind: 'sharded', shards }, clock.now());
+  if (handed.kind === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
+  log.info('window split: its shards run it', { window: slot.window, shards, epoch: claim.epoch });
+  return { status: 'sharded', epoch: claim.epoch, shards };
+}
+
+/** A shard's claim outcome that says the shard has reached its end. */
+function isShardEnd(outcome: ClaimOutcome): boolean {
+  return outcome.kind === 'done' || outcome.kind === 'stuck' || outcome.kind === 'failed';
+}
+
+/**
+ * A shard reached its end: record it on its window, and if it was the last, finish the window:
+ * STUCK when a shard is STUCK or FAILED (naming it), else DONE or PARTIAL counted from the window's
+ * whole ledger, which every shard wrote to. Two shards ending at once may both get here; the store
+ * lets exactly one finish the window. Idempotent: a retried shard message repeats it harmlessly.
+ */
+async function shardEnded(args: RunSlotArgs, shardSlot: Slot): Promise<void> {
+  const { backend, clock, metrics, log } = args;
+  const window = windowSlot(shardSlot);
+  const shard = shardSlot.shard ?? 0;
+  const sharded = await backend.claims.shardFinished(window, shard);
+  if (!sharded || sharded.finished.length < sharded.shards) return;
+  const records = await Promise.all(
+    Array.from({ length: sharded.shards }, (_, index) => backend.claims.read({ ...window, shard: index })),
+  );
+  const unfinished = records.findIndex((r) => r?.state === 'STUCK' || r?.state === 'FAILED' || !r);
+  const runs = records.reduce((n, r) => n + (r?.epoch ?? 0), 0);
+  const now = clock.now();
+  const finish: WindowFinish =
+    unfinished >= 0
+      ? {
+          kind: 'stuck',
+          reason: `shard ${unfinished} of ${sharded.shards} ended ${records[unfinished]?.state ?? 'without a record'}: ${
+            records[unfinished]?.lastError ?? ''
+          }`,
+        }
+      : { kind: 'complete', summary: windowSummary(await tallyWindow(backend.ledger, window, now), runs) };
+  const finished = await backend.claims.finishSharded(window, finish, now);
+  if (finished !== 'ok') return;
+  if (finish.kind === 'stuck') {
+    metrics.count(MetricName.WindowStuck);
+    log.error('sharded window STUCK: one of its shards could not finish', {
+      window: window.window,
+      reason: finish.reason,
+    });
+  } else {
+    log.info('sharded window completed by its last shard', {
+      window: window.window,
+      state: finish.summary.failed > 0 ? 'PARTIAL' : 'DONE',
+      totals: finish.summary,
+    });
+  }
 }
 
 /** The hasher of the key version the window is pinned to (the backend's own when there is no ring). */
@@ -478,6 +641,7 @@ async function finish(run: RunState, jobError: unknown): Promise<RunResult> {
           : 'job failed; slot released for a retry',
       { ...context, error: safeErrorText(jobError), slotState: after },
     );
+    if (after === 'FAILED' && slot.shard !== undefined) await shardEnded(args, slot);
     return { status: 'failed', epoch: claim.epoch, summary, error: jobError, slotState: after };
   }
   const stopReason = effects.stopReason;
@@ -575,6 +739,7 @@ async function finishWalked(run: RunState): Promise<RunResult> {
   }
   const window = windowSummary(tally, claim.epoch);
   const completed = await backend.claims.complete(claim, window, now);
+  if (completed.kind === 'ok' && slot.shard !== undefined) await shardEnded(args, slot);
   if (completed.kind === 'fenced') {
     log.error('completion rejected: a later epoch owns this slot', {
       window: slot.window,
@@ -616,6 +781,7 @@ async function giveUp(run: RunState, reason: string, noProgress: number): Promis
     clock.now(),
   );
   if (released.kind === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
+  if (slot.shard !== undefined) await shardEnded(args, slot);
   metrics.count(MetricName.WindowStuck);
   log.error('window STUCK: continuation stopped, an operator must re-drive it', {
     window: slot.window,
@@ -664,6 +830,7 @@ async function stateAfterFailure(store: ClaimStore, slot: Slot): Promise<'RELEAS
 
 function jobContext(run: RunState): JobContext {
   const { args, claim, lease, effects, o } = run;
+  const shard = args.shard ? { index: args.shard.index, count: args.shard.count } : undefined;
   return {
     slot: args.slot,
     scheduledTime: new Date(args.slot.window),
@@ -672,20 +839,27 @@ function jobContext(run: RunState): JobContext {
     signal: lease.signal,
     payload: args.payload,
     log: args.log,
+    ...(shard ? { shard } : {}),
     once: (effectKey, effect) => effects.once(effectKey, effect),
     async onceEach(items, options, effect) {
       const concurrency = options.concurrency ?? o.effectConcurrency;
       assertConcurrency(concurrency, 'onceEach concurrency');
+      const mine = shard && options.split !== 'source' ? keyHashInShard(shard) : () => true;
       if (!isResumable(items)) {
         await drainConcurrently(
           items,
           concurrency,
-          (item) => effects.once(options.key(item), (signal) => effect(item, signal)),
+          (item) => {
+            const keyHash = effects.hashOf(options.key(item));
+            return mine(keyHash)
+              ? effects.onceHashed(keyHash, (signal) => effect(item, signal))
+              : Promise.resolve();
+          },
           () => effects.stopping(),
         );
         return;
       }
-      await walkResumable(run, items, options.key, concurrency, effect);
+      await walkResumable(run, items, options.key, concurrency, effect, mine);
     },
   };
 }
@@ -701,6 +875,7 @@ async function walkResumable<T>(
   key: (item: T) => string,
   concurrency: number,
   effect: (item: T, signal: AbortSignal) => Promise<void>,
+  mine: (keyHash: string | undefined) => boolean,
 ): Promise<void> {
   const { effects, checkpointer, args } = run;
   const name = sourceName(source);
@@ -713,7 +888,9 @@ async function walkResumable<T>(
     async (item) => {
       const seq = watermark.pulled(source.position(item));
       const keyHash = effects.hashOf(key(item));
-      const result = await effects.onceHashed(keyHash, (signal) => effect(item, signal));
+      const result = mine(keyHash)
+        ? await effects.onceHashed(keyHash, (signal) => effect(item, signal))
+        : 'passed';
       watermark.settled(seq, keyHash, result);
       checkpointer.settled();
     },
@@ -745,6 +922,11 @@ async function walkResumable<T>(
   }
 }
 
+/** Whether a key, by its hash, is this shard's (an unusable key, with no hash, is shard 0's to report). */
+function keyHashInShard(shard: ShardOfWindow): (keyHash: string | undefined) => boolean {
+  return (keyHash) => (keyHash === undefined ? 0 : shardOfKeyHash(keyHash, shard.count)) === shard.index;
+}
+
 /** Fills in and checks every run option, before anything is claimed; the error names the option. */
 export function resolveRunOptions(options: RunOptions = {}) {
   const leaseMs = options.leaseMs ?? JOB_DEFAULTS.leaseSeconds * 1000;
@@ -764,6 +946,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
     effectRetry: { ...DEFAULT_EFFECT_RETRY, ...options.effectRetry },
     failureStreakLimit: options.failureStreakLimit ?? 10,
     takeoverSkewMs: options.takeoverSkewMs ?? Math.min(2_000, Math.floor(leaseMs / 6)),
+    shards: options.shards ?? 1,
   };
   if (!Number.isFinite(leaseMs) || leaseMs < 1_000) {
     throw new ConfigurationError(
@@ -785,6 +968,13 @@ export function resolveRunOptions(options: RunOptions = {}) {
     );
   }
   wholeNumber('maxAttempts', resolved.maxAttempts, 1);
+  wholeNumber('shards', resolved.shards, 1);
+  if (resolved.shards > MAX_SHARDS) {
+    throw new ConfigurationError(
+      'shards',
+      `shards is ${resolved.shards}; split a window into at most ${MAX_SHARDS}`,
+    );
+  }
   wholeNumber('maxRunsWithoutProgress', resolved.maxRunsWithoutProgress, 1);
   wholeNumber('failureStreakLimit', resolved.failureStreakLimit, 1);
   wholeNumber('effectRetry.maxAttempts', resolved.effectRetry.maxAttempts, 1);
@@ -873,6 +1063,8 @@ function describeOutcome(outcome: Exclude<ClaimOutcome, { kind: 'claimed' }>): R
       return { kind: 'stuck', epoch: outcome.epoch, reason: outcome.reason };
     case 'waiting':
       return { kind: 'waiting', until: new Date(outcome.until).toISOString() };
+    case 'sharded':
+      return { kind: 'sharded', shards: outcome.shards, finished: outcome.finished };
     default:
       return outcome satisfies never;
   }

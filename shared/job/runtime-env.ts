@@ -28,6 +28,8 @@ export const RuntimeEnv = {
   workQueueUrl: 'SLOTGUARD_WORK_QUEUE_URL',
   /** How long after its scheduled time a window must be finished (RunOptions.deadlineMs, in seconds). */
   deadlineSeconds: 'SLOTGUARD_DEADLINE_SECONDS',
+  /** Shards each new window is split into (RunOptions.shards); unset: 1. */
+  shards: 'SLOTGUARD_SHARDS',
 } as const;
 
 /**

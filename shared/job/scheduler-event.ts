@@ -1,6 +1,14 @@
 import { InvalidEventError } from '../errors.js';
 import type { Delivery } from '../slot/ports.js';
-import { assertJobId, describe, parseScheduledTime, type Slot } from '../slot/slot.js';
+import {
+  assertJobId,
+  assertShard,
+  describe,
+  MAX_SHARDS,
+  parseScheduledTime,
+  type Slot,
+} from '../slot/slot.js';
+import type { ShardAssignment } from './run-slot.js';
 
 /**
  * The target input every slotguard schedule sends (the ScheduledJob construct writes it):
@@ -22,6 +30,14 @@ export interface SchedulerEvent {
   readonly backfilled?: boolean;
   /** Set on a continuation: the window is resumed after a run that stopped with work left. */
   readonly continuation?: boolean;
+  /**
+   * Set on a shard's message by the window's coordinator: which shard, of how many, and the window's
+   * deadline (epoch ms) and effect-key version, which every shard is held to.
+   */
+  readonly shard?: number;
+  readonly shards?: number;
+  readonly deadline?: number;
+  readonly keyVersion?: string;
 }
 
 /** The largest event accepted, serialised. Scheduler allows 256 KB; a job's input should be small. */
@@ -32,6 +48,8 @@ export interface ParsedEvent {
   readonly delivery: Delivery;
   readonly payload: unknown;
   readonly backfilled: boolean;
+  /** The shard this event runs, for a shard's message. */
+  readonly shard?: ShardAssignment;
 }
 
 /**
@@ -76,7 +94,9 @@ export function parseSchedulerEvent(
       );
     }
   }
+  const shard = parseShard(fields);
   return {
+    ...(shard ? { shard } : {}),
     slot: { jobId: expectedJobId, window },
     delivery: {
       ...(executionId !== undefined ? { executionId } : {}),
@@ -87,6 +107,43 @@ export function parseSchedulerEvent(
     },
     payload: fields.payload,
     backfilled: fields.backfilled === true,
+  };
+}
+
+/** A shard's message names its shard and what the window pinned; anything half-given is refused. */
+function parseShard(fields: Record<string, unknown>): ShardAssignment | undefined {
+  if (fields.shard === undefined && fields.shards === undefined) return undefined;
+  const count = fields.shards;
+  if (typeof count !== 'number' || !Number.isInteger(count) || count < 2 || count > MAX_SHARDS) {
+    throw new InvalidEventError(
+      'shards',
+      `shards is ${describe(count)}; a shard's message carries its window's shard count, 2 to ${MAX_SHARDS}`,
+    );
+  }
+  assertShard(fields.shard, count);
+  if (
+    fields.deadline !== undefined &&
+    (typeof fields.deadline !== 'number' || !Number.isFinite(fields.deadline))
+  ) {
+    throw new InvalidEventError(
+      'deadline',
+      `deadline is ${describe(fields.deadline)}; expected epoch milliseconds`,
+    );
+  }
+  if (
+    fields.keyVersion !== undefined &&
+    (typeof fields.keyVersion !== 'string' || fields.keyVersion.length > 256)
+  ) {
+    throw new InvalidEventError(
+      'keyVersion',
+      `keyVersion is ${describe(fields.keyVersion)}; expected a version id`,
+    );
+  }
+  return {
+    index: fields.shard as number,
+    count,
+    ...(typeof fields.deadline === 'number' ? { deadline: fields.deadline } : {}),
+    ...(typeof fields.keyVersion === 'string' ? { keyVersion: fields.keyVersion } : {}),
   };
 }
 

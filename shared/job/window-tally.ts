@@ -25,7 +25,8 @@ export interface WindowTally {
  * Reads every effect record of the window once and counts it: DONE is done, RESERVED is in doubt
  * (the holder that reserved it is over: the run tallying has flushed its own marks), FAILED is failed
  * for good or waiting for its retry. Exact whatever crashes, takeovers and continuations came before,
- * because it counts what is on record rather than what runs reported.
+ * because it counts what is on record rather than what runs reported. For a shard's slot, only the
+ * records that shard wrote.
  */
 export async function tallyWindow(ledger: EffectLedger, slot: Slot, now: number): Promise<WindowTally> {
   let done = 0;
@@ -38,6 +39,8 @@ export async function tallyWindow(ledger: EffectLedger, slot: Slot, now: number)
   const failedKeys: string[] = [];
   const waitingKeys: string[] = [];
   for await (const record of ledger.list(slot)) {
+    // A shard counts its own: the ledger is the window's, and every shard writes to it.
+    if (slot.shard !== undefined && record.shard !== slot.shard) continue;
     switch (record.state) {
       case EffectState.Done:
         done++;

@@ -36,6 +36,8 @@ export function claimOutcomeOfConflict(
       return { kind: 'failed', attempts: current.attempts, lastError: current.lastError ?? '' };
     case SlotState.Stuck:
       return { kind: 'stuck', epoch: current.epoch, reason: current.lastError ?? '' };
+    case SlotState.Sharded:
+      return { kind: 'sharded', shards: current.shards ?? 1, finished: current.finishedShards ?? [] };
     case SlotState.Running:
       if (current.owner === owner) {
         // Our own claim committed and its reply was lost: it is ours, not a rival's.
@@ -69,16 +71,22 @@ export function claimOutcomeOfConflict(
  * and the runs without progress so far.
  */
 export function progressOf(
-  record: Pick<SlotRecord, 'deadline' | 'checkpoint' | 'runsWithoutProgress' | 'keyVersion'> | undefined,
+  record:
+    | Pick<SlotRecord, 'deadline' | 'checkpoint' | 'runsWithoutProgress' | 'keyVersion' | 'shards'>
+    | undefined,
   requestedDeadline: number,
   requestedKeyVersion?: string,
+  requestedShards?: number,
 ): WindowProgress {
   const keyVersion = record?.keyVersion ?? requestedKeyVersion;
+  // A window's split is fixed at its first claim; a record that predates splitting is not split.
+  const shards = record ? (record.shards ?? 1) : requestedShards;
   return {
     deadline: record?.deadline ?? requestedDeadline,
     ...(record?.checkpoint ? { checkpoint: record.checkpoint } : {}),
     runsWithoutProgress: record?.runsWithoutProgress ?? 0,
     ...(keyVersion !== undefined ? { keyVersion } : {}),
+    ...(shards !== undefined && shards > 1 ? { shards } : {}),
   };
 }
 
@@ -125,6 +133,8 @@ export function reserveOutcomeOfConflict(
   | { readonly kind: 'retry'; readonly current: EffectRecord }
   | { readonly kind: 'take-over'; readonly current: EffectRecord } {
   if (current.state === EffectState.Done) return { kind: 'done' };
+  // Epochs are a shard's own: another shard's reservation or refusal is that shard's to see to.
+  if (current.shard !== claim.slot.shard) return { kind: 'elsewhere', shard: current.shard };
   if (current.owner === claim.owner && current.epoch === claim.epoch) {
     if (current.state === EffectState.Reserved) {
       // Our own reservation committed and its reply was lost; the client's retry met it.

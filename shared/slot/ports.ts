@@ -27,6 +27,11 @@ export const SlotState = {
    * work left. Further fires stand down; `WindowStuck` pages and an operator re-drives the window.
    */
   Stuck: 'STUCK',
+  /**
+   * A window split into shards: its coordinator handed the work to shard messages. Each shard is a
+   * slot of its own; the window finishes (DONE, PARTIAL or STUCK) when its last shard does.
+   */
+  Sharded: 'SHARDED',
 } as const;
 export type SlotState = (typeof SlotState)[keyof typeof SlotState];
 
@@ -77,6 +82,12 @@ export interface LeaseRequest {
    */
   readonly keyVersion?: string;
   /**
+   * Shards to split the window into (a window claim only). The first claim stores it and every
+   * later claim is handed the stored one, so a changed setting never re-splits an open window.
+   * @default 1 (not split)
+   */
+  readonly shards?: number;
+  /**
    * When the window must be finished, in epoch milliseconds. Stored by the first claim and kept by
    * every later one, so continuations cannot push it back.
    */
@@ -111,6 +122,8 @@ export interface WindowProgress {
   readonly runsWithoutProgress: number;
   /** The effect-key version the window was pinned to by its first claim, if any. */
   readonly keyVersion?: string;
+  /** Shards the window is split into, as its first claim stored it (a window claim only). */
+  readonly shards?: number;
 }
 
 /** A granted claim: the lease and its fencing epoch. */
@@ -179,7 +192,9 @@ export type ClaimOutcome =
   | { readonly kind: 'failed'; readonly attempts: number; readonly lastError: string }
   | { readonly kind: 'stuck'; readonly epoch: number; readonly reason: string }
   /** Released by a run waiting for failed effects' backoff: not claimable before `until`. */
-  | { readonly kind: 'waiting'; readonly until: number };
+  | { readonly kind: 'waiting'; readonly until: number }
+  /** Split into shards: the shards run it; `finished` lists those that reached their end. */
+  | { readonly kind: 'sharded'; readonly shards: number; readonly finished: readonly number[] };
 
 export type RenewOutcome =
   | { readonly kind: 'renewed'; readonly leaseEndsAt: number }
@@ -211,6 +226,8 @@ export type ReleaseReason =
       /** Not claimable before this instant (epoch ms): the earliest retry of a failed effect. */
       readonly resumeAfter?: number;
     }
+  /** The window's coordinator handed its work to `shards` shard messages: SHARDED. */
+  | { readonly kind: 'sharded'; readonly shards: number }
   /** Continuation gives up on the window (no progress, or past its deadline): STUCK, for an operator. */
   | {
       readonly kind: 'stuck';
@@ -243,7 +260,15 @@ export interface SlotRecord {
   readonly resumeAfter?: number;
   /** The effect-key version the window is pinned to. */
   readonly keyVersion?: string;
+  /** A sharded window: how many shards, and which have reached their end. */
+  readonly shards?: number;
+  readonly finishedShards?: readonly number[];
 }
+
+/** How a sharded window ends, once its last shard has. */
+export type WindowFinish =
+  | { readonly kind: 'complete'; readonly summary: WindowSummary }
+  | { readonly kind: 'stuck'; readonly reason: string };
 
 /** The slot half of a backend: one conditional write per claim, renewal, completion or release. */
 export interface ClaimStore {
@@ -268,6 +293,21 @@ export interface ClaimStore {
   release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome>;
   /** Reads a slot record (strongly consistent), or undefined. */
   read(slot: Slot): Promise<SlotRecord | undefined>;
+  /**
+   * Records on a SHARDED window that `shard` reached its end (idempotent: a set). Answers the
+   * window's shard count and every shard finished so far, or undefined when the window is not
+   * SHARDED (finished already, or reopened by an operator).
+   */
+  shardFinished(
+    window: Slot,
+    shard: number,
+  ): Promise<{ readonly shards: number; readonly finished: readonly number[] } | undefined>;
+  /**
+   * Finishes a SHARDED window (DONE or PARTIAL by the summary's failures, or STUCK), only while it is
+   * SHARDED: of shards finishing at the same moment exactly one finishes the window (`ok`); the
+   * others are told it is `finished` already.
+   */
+  finishSharded(window: Slot, finish: WindowFinish, now: number): Promise<'ok' | 'finished'>;
 }
 
 /** Effect states as stored. */
@@ -293,6 +333,8 @@ export interface EffectRecord {
   readonly retryAt?: number;
   /** Why it was last refused (a NotPerformedReason), for FAILED records. */
   readonly reason?: string;
+  /** The shard whose run wrote it, in a sharded window: epochs compare only within one shard. */
+  readonly shard?: number;
 }
 
 /** A refusal to record: the attempt that was refused, and when (if ever) to try again. */
@@ -320,7 +362,9 @@ export type ReserveOutcome =
   /** Refused earlier and not due for its retry until `retryAt`. */
   | { readonly kind: 'retry-later'; readonly retryAt: number; readonly attempts: number }
   /** Refused on its last allowed attempt: failed permanently, not performed. */
-  | { readonly kind: 'failed'; readonly attempts: number };
+  | { readonly kind: 'failed'; readonly attempts: number }
+  /** Another shard of the window holds it (reserved, or refused and waiting): that shard sees to it. */
+  | { readonly kind: 'elsewhere'; readonly shard: number | undefined };
 
 export interface ReserveOptions {
   /** Take over a reservation left by an earlier epoch (effects that are themselves idempotent). */

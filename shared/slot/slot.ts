@@ -17,7 +17,15 @@ export interface Slot {
    * Date.now(), so a retry a day later lands in the same slot.
    */
   readonly window: string;
+  /**
+   * One shard of a sharded window (0 to shards − 1): its own fenced sub-claim, with its own epoch
+   * and lease, run by its own invocation. Absent for the window itself.
+   */
+  readonly shard?: number;
 }
+
+/** The most shards a window may be split into. */
+export const MAX_SHARDS = 1_000;
 
 /** Checks a job id against the allowlist; the error names the value and the rule. */
 export function assertJobId(jobId: unknown, field = 'jobId'): asserts jobId is string {
@@ -64,8 +72,24 @@ export function parseScheduledTime(value: unknown, field = 'scheduledTime'): str
  */
 export function canonicalSlot(slot: Slot): Slot {
   assertJobId(slot.jobId);
+  if (slot.shard !== undefined) assertShard(slot.shard, MAX_SHARDS);
   const window = parseScheduledTime(slot.window, 'window');
   return window === slot.window ? slot : { ...slot, window };
+}
+
+/** The window a shard belongs to: the slot without its shard. */
+export function windowSlot(slot: Slot): Slot {
+  return slot.shard === undefined ? slot : { jobId: slot.jobId, window: slot.window };
+}
+
+/** Checks a shard index (0 to count − 1); the error names the value and the range. */
+export function assertShard(shard: unknown, count: number, field = 'shard'): asserts shard is number {
+  if (typeof shard !== 'number' || !Number.isInteger(shard) || shard < 0 || shard >= count) {
+    throw new InvalidEventError(
+      field,
+      `${field} is ${describe(shard)}; a shard is a whole number from 0 to ${count - 1}`,
+    );
+  }
 }
 
 /** A claim whose slot is canonical (see canonicalSlot): the same claim when it already is. */

@@ -242,11 +242,14 @@ function judge(
         reason: `FAILED after ${record.failures} failed runs${record.lastError ? `: ${safeErrorText(record.lastError)}` : ''}`,
       };
     case SlotState.Running:
-    case SlotState.Released: {
+    case SlotState.Released:
+    case SlotState.Sharded: {
       const waiting =
-        record.resumeAfter !== undefined && record.resumeAfter > now
-          ? `, waiting for retries until ${iso(record.resumeAfter)}`
-          : '';
+        state === SlotState.Sharded
+          ? `, ${record.finishedShards?.length ?? 0} of ${record.shards ?? '?'} shards finished`
+          : record.resumeAfter !== undefined && record.resumeAfter > now
+            ? `, waiting for retries until ${iso(record.resumeAfter)}`
+            : '';
       return now > dueBy
         ? {
             verdict: 'incomplete',

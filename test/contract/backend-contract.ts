@@ -572,4 +572,92 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'DONE', epoch: 2 });
     });
   });
+
+  describe(`${name}: sharded windows`, () => {
+    it("stores a window's shard count at its first claim; a changed setting never re-splits it", async () => {
+      const { claims } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claims.claim(slot, lease('a', { shards: 4 }), T0);
+      expect(a).toMatchObject({ kind: 'claimed', claim: { window: { shards: 4 } } });
+      if (a.kind !== 'claimed') return;
+      await claims.release(a.claim, { kind: 'yield', runsWithoutProgress: 0 }, T0 + 1);
+      expect(await claims.claim(slot, lease('b', { shards: 8 }), T0 + 2)).toMatchObject({
+        kind: 'claimed',
+        claim: { window: { shards: 4 } },
+      });
+      const unsplit = freshSlot();
+      const c = await claims.claim(unsplit, lease('c'), T0);
+      if (c.kind === 'claimed')
+        await claims.release(c.claim, { kind: 'yield', runsWithoutProgress: 0 }, T0 + 1);
+      const d = await claims.claim(unsplit, lease('d', { shards: 8 }), T0 + 2);
+      expect(d.kind === 'claimed' && d.claim.window.shards).toBe(undefined);
+    });
+
+    it('keeps each shard a fenced slot of its own, apart from its window and from the other shards', async () => {
+      const { claims } = await makeBackend();
+      const window = freshSlot();
+      const s0 = await claimOrFail(claims, { ...window, shard: 0 }, 's0', T0);
+      const s1 = await claimOrFail(claims, { ...window, shard: 1 }, 's1', T0);
+      expect([s0.epoch, s1.epoch, s0.slot.shard, s1.slot.shard]).toEqual([1, 1, 0, 1]);
+      expect(await claims.claim({ ...window, shard: 0 }, lease('late'), T0 + 1)).toMatchObject({
+        kind: 'held',
+        holder: 's0',
+      });
+      expect(await claims.read(window)).toBeUndefined();
+      const taken = await claimOrFail(claims, { ...window, shard: 1 }, 's1b', T0 + LEASE + 2_001);
+      expect(taken.epoch).toBe(2);
+      expect(await claims.read({ ...window, shard: 0 })).toMatchObject({ owner: 's0', epoch: 1 });
+    });
+
+    it('hands a window to its shards, records each end once, and lets exactly one shard finish it', async () => {
+      const { claims } = await makeBackend();
+      const window = freshSlot();
+      const coordinator = await claims.claim(window, lease('coord', { shards: 3 }), T0);
+      if (coordinator.kind !== 'claimed') throw new Error(coordinator.kind);
+      expect(await claims.release(coordinator.claim, { kind: 'sharded', shards: 3 }, T0 + 1)).toEqual({
+        kind: 'ok',
+      });
+      expect(await claims.claim(window, lease('late', { shards: 3 }), T0 + 2)).toEqual({
+        kind: 'sharded',
+        shards: 3,
+        finished: [],
+      });
+      expect(await claims.shardFinished(window, 2)).toEqual({ shards: 3, finished: [2] });
+      expect(await claims.shardFinished(window, 2)).toEqual({ shards: 3, finished: [2] });
+      await claims.shardFinished(window, 0);
+      expect(await claims.shardFinished(window, 1)).toEqual({ shards: 3, finished: [0, 1, 2] });
+      const done = { ...summary(5), done: 7 };
+      const racers = await Promise.all(
+        Array.from({ length: 10 }, () =>
+          claims.finishSharded(window, { kind: 'complete', summary: done }, T0 + 9),
+        ),
+      );
+      expect(racers.filter((r) => r === 'ok')).toHaveLength(1);
+      expect(await claims.read(window)).toMatchObject({ state: 'DONE', summary: done, shards: 3 });
+      expect(await claims.shardFinished(window, 1)).toBeUndefined();
+      expect(await claims.finishSharded(window, { kind: 'stuck', reason: 'late' }, T0 + 10)).toBe('finished');
+    });
+
+    it("compares epochs only within a shard: another shard's reservation is elsewhere, not fenced", async () => {
+      const { claims, ledger } = await makeBackend();
+      const window = freshSlot();
+      const s0 = await claimOrFail(claims, { ...window, shard: 0 }, 's0', T0);
+      await claimOrFail(claims, { ...window, shard: 1 }, 's1', T0);
+      const s1 = await claimOrFail(claims, { ...window, shard: 1 }, 's1b', T0 + LEASE + 2_001);
+      expect(s1.epoch).toBe(2);
+      await ledger.reserve(s1, 'k1', { rerunInDoubt: false, now: T0 });
+      expect(await ledger.reserve(s0, 'k1', { rerunInDoubt: true, now: T0 })).toEqual({
+        kind: 'elsewhere',
+        shard: 1,
+      });
+      await ledger.reserve(s0, 'k2', { rerunInDoubt: false, now: T0 });
+      expect(await ledger.reserve(s1, 'k2', { rerunInDoubt: false, now: T0 })).toEqual({
+        kind: 'elsewhere',
+        shard: 0,
+      });
+      await ledger.markDone(s0, ['k2']);
+      expect(await ledger.reserve(s1, 'k2', { rerunInDoubt: false, now: T0 })).toEqual({ kind: 'done' });
+      expect(await ledger.read(window, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 2, shard: 1 });
+    });
+  });
 }

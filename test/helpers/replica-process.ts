@@ -532,6 +532,8 @@ function reportingClaims(claims: ClaimStore, write: (line: string) => void): Cla
     complete: (claim, summary, now) => claims.complete(claim, summary, now),
     release: (claim, reason, now) => claims.release(claim, reason, now),
     read: (slot) => claims.read(slot),
+    shardFinished: (window, shard) => claims.shardFinished(window, shard),
+    finishSharded: (window, finish, now) => claims.finishSharded(window, finish, now),
   };
 }
 

@@ -42,6 +42,8 @@ function tracked(store: ClaimStore) {
     complete: (...args) => store.complete(...args),
     release: (...args) => store.release(...args),
     read: (...args) => store.read(...args),
+    shardFinished: (...args) => store.shardFinished(...args),
+    finishSharded: (...args) => store.finishSharded(...args),
   };
   return { store: wrapped, landed: async () => void (await Promise.all(inflight.splice(0))) };
 }

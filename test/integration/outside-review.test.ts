@@ -153,6 +153,8 @@ describe('a holder whose lease ran out by its own clock (issue 12, item 7)', () 
         complete: (...args) => backend.claims.complete(...args),
         release: (...args) => backend.claims.release(...args),
         read: (...args) => backend.claims.read(...args),
+        shardFinished: (...args) => backend.claims.shardFinished(...args),
+        finishSharded: (...args) => backend.claims.finishSharded(...args),
       },
     };
     const sender = new CountingSender(async () => {

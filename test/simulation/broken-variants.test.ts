@@ -159,7 +159,7 @@ describe('the simulation catches a broken continuation', () => {
             release: (claim, reason, now) =>
               backend.claims.release(
                 claim,
-                reason.kind !== 'error' && reason.checkpoint
+                (reason.kind === 'yield' || reason.kind === 'stuck') && reason.checkpoint
                   ? { ...reason, checkpoint: oneFurther(reason.checkpoint) }
                   : reason,
                 now,

@@ -292,7 +292,13 @@ function runProblems(result: SimulationResult): string[] {
   const repeats = scenario.recipients.length - new Set(scenario.recipients).size;
   for (const actor of result.actors) {
     const response = responseOf(actor);
-    if (!response || response.status === 'duplicate' || response.status === 'rejected') continue;
+    if (
+      !response ||
+      response.status === 'duplicate' ||
+      response.status === 'rejected' ||
+      response.status === 'sharded'
+    )
+      continue;
     const { done, skipped } = response.summary;
     const performed = provider.records.filter((r) => r.actor === actor.name && r.fate === 'ok').length;
     if (done !== performed) {

@@ -227,6 +227,8 @@ export function describeResult(result: ActorResult): string {
       return `lease-lost epoch ${response.epoch} ${counts(response.summary)} released ${response.released}`;
     case 'fenced':
       return `fenced epoch ${response.epoch} ${counts(response.summary)}`;
+    case 'sharded':
+      return `sharded epoch ${response.epoch} into ${response.shards}`;
     default:
       return response satisfies never;
   }

@@ -10,6 +10,8 @@ function claimsWith(claims: ClaimStore, override: Partial<ClaimStore>): ClaimSto
     complete: (...args) => claims.complete(...args),
     release: (...args) => claims.release(...args),
     read: (...args) => claims.read(...args),
+    shardFinished: (...args) => claims.shardFinished(...args),
+    finishSharded: (...args) => claims.finishSharded(...args),
     ...override,
   };
 }

@@ -24,12 +24,13 @@ import type {
   RenewOutcome,
   RunSummary,
   SlotRecord,
+  WindowFinish,
   WindowSummary,
 } from '../../slot/ports.js';
 import { SlotState } from '../../slot/ports.js';
-import { canonicalSlot, type Slot } from '../../slot/slot.js';
+import { canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
 import { conflictItem, num, str } from './attribute-values.js';
-import { slotPartitionKey, TableLayout } from './table-layout.js';
+import { slotPartitionKey, slotSortKey, TableLayout } from './table-layout.js';
 
 export interface DynamoClaimStoreOptions {
   readonly client: DynamoDBClient;
@@ -77,6 +78,11 @@ export const SlotAttribute = {
   resumeAfter: 'resumeAfter',
   /** The effect-key version the window's effects are hashed with: set by the first claim, kept. */
   keyVersion: 'keyVersion',
+  /** A window's split (set by its first claim), and the shards that reached their end (a number set). */
+  shards: 'shards',
+  finishedShards: 'finishedShards',
+  /** Which shard a shard item is (absent on a window's item). */
+  shard: 'shard',
   expiresAt: TableLayout.ttlAttribute,
 } as const;
 const A = SlotAttribute;
@@ -135,9 +141,13 @@ export class DynamoClaimStore implements ClaimStore {
       ':backfilled': { BOOL: lease.delivery.backfilled === true },
       ':deadline': num(lease.deadline),
       ...(lease.keyVersion !== undefined ? { ':keyVersion': str(lease.keyVersion) } : {}),
+      ...(slot.shard === undefined ? { ':shards': num(lease.shards ?? 1) } : { ':shard': num(slot.shard) }),
     };
     const pinKey =
       lease.keyVersion !== undefined ? ', #keyVersion = if_not_exists(#keyVersion, :keyVersion)' : '';
+    // A window's split is fixed by its first claim; a shard's item says which shard it is.
+    const split =
+      slot.shard === undefined ? ', #shards = if_not_exists(#shards, :shards)' : ', #shard = :shard';
     const isNew = 'attribute_not_exists(#state)';
     const isExpiredLease = '(#state = :running AND #leaseUntil < :takeoverBefore)';
     const isReleased =
@@ -154,7 +164,7 @@ export class DynamoClaimStore implements ClaimStore {
             '#jobId = :jobId, #window = :window, #executionId = :executionId, ' +
             '#attemptNumber = :attemptNumber, #invocationId = :invocationId, #maxAttempts = :maxAttempts, ' +
             '#backfilled = :backfilled, #deadline = if_not_exists(#deadline, :deadline), ' +
-            `#noProgress = if_not_exists(#noProgress, :zero)${pinKey} REMOVE #progress, #resumeAfter`,
+            `#noProgress = if_not_exists(#noProgress, :zero)${pinKey}${split} REMOVE #progress, #resumeAfter`,
           ConditionExpression: `${isNew} OR ${isExpiredLease} OR ${isReleased}`,
           ExpressionAttributeNames: pick(NAMES, [
             A.state,
@@ -177,6 +187,7 @@ export class DynamoClaimStore implements ClaimStore {
             A.progress,
             A.resumeAfter,
             ...(pinKey ? [A.keyVersion] : []),
+            slot.shard === undefined ? A.shards : A.shard,
           ]),
           ExpressionAttributeValues: values,
           ReturnValues: 'ALL_OLD',
@@ -200,6 +211,7 @@ export class DynamoClaimStore implements ClaimStore {
             old && previousState ? toRecord(slot, old) : undefined,
             lease.deadline,
             lease.keyVersion,
+            slot.shard === undefined ? lease.shards : undefined,
           ),
         },
         ...(previousHolder ? { previousHolder } : {}),
@@ -253,6 +265,15 @@ export class DynamoClaimStore implements ClaimStore {
   }
 
   async release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome> {
+    if (reason.kind === 'sharded') {
+      return this.#finish(
+        claim,
+        SlotState.Sharded,
+        'SET #state = :sharded, #shards = :shards REMOVE #leaseUntil',
+        { ':sharded': str(SlotState.Sharded), ':shards': num(reason.shards) },
+        [A.state, A.shards, A.leaseUntil],
+      );
+    }
     if (reason.kind !== 'error') return this.#releaseForLater(claim, reason, now);
     // A failed run counts toward maxAttempts; the last allowed failure makes the slot FAILED so
     // further fires stand down instead of failing forever. `failures` is read from the claim's own
@@ -278,7 +299,7 @@ export class DynamoClaimStore implements ClaimStore {
   /** A yield (RELEASED, maybe waiting for a retry) or giving up (STUCK), with what the next run needs. */
   #releaseForLater(
     claim: Claim,
-    reason: Exclude<ReleaseReason, { kind: 'error' }>,
+    reason: Exclude<ReleaseReason, { kind: 'error' | 'sharded' }>,
     now: number,
   ): Promise<FinishOutcome> {
     const state = reason.kind === 'stuck' ? SlotState.Stuck : SlotState.Released;
@@ -306,6 +327,78 @@ export class DynamoClaimStore implements ClaimStore {
     }
     const remove = resumeAfter === undefined ? ' REMOVE #resumeAfter' : '';
     return this.#finish(claim, state, `SET ${sets.join(', ')}${remove}`, values, names);
+  }
+
+  /*
+   * Timeline of a sharded window's end:
+   *   shard i done:  UpdateItem ADD finishedShards {i} if SHARDED  (a set: a retried add is a no-op)
+   *   the add that makes the set whole is followed by one finishSharded, conditioned on SHARDED:
+   *   of two shards finishing at once both may try, exactly one writes DONE, PARTIAL or STUCK.
+   */
+  async shardFinished(
+    window: Slot,
+    shard: number,
+  ): Promise<{ readonly shards: number; readonly finished: readonly number[] } | undefined> {
+    const slot = windowSlot(canonicalSlot(window));
+    try {
+      const result = await this.#client.send(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: this.#key(slot),
+          UpdateExpression: 'ADD #finishedShards :shard',
+          ConditionExpression: '#state = :sharded',
+          ExpressionAttributeNames: pick(NAMES, [A.finishedShards, A.state]),
+          ExpressionAttributeValues: {
+            ':shard': { NS: [String(shard)] },
+            ':sharded': str(SlotState.Sharded),
+          },
+          ReturnValues: 'ALL_NEW',
+        }),
+      );
+      const item = result.Attributes ?? {};
+      return { shards: num$(item, A.shards) || 1, finished: finishedOf(item) };
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException) return undefined;
+      throw storeError('shardFinished', slot, error);
+    }
+  }
+
+  async finishSharded(window: Slot, finish: WindowFinish, now: number): Promise<'ok' | 'finished'> {
+    const slot = windowSlot(canonicalSlot(window));
+    const state =
+      finish.kind === 'stuck'
+        ? SlotState.Stuck
+        : finish.summary.failed > 0
+          ? SlotState.Partial
+          : SlotState.Done;
+    const [update, values, names] =
+      finish.kind === 'stuck'
+        ? [
+            'SET #state = :next, #lastError = :reason',
+            { ':reason': str(finish.reason.slice(0, 1000)) },
+            [A.lastError],
+          ]
+        : [
+            'SET #state = :next, #summary = :summary, #completedAt = :now',
+            { ':summary': str(JSON.stringify(finish.summary)), ':now': num(now) },
+            [A.summary, A.completedAt],
+          ];
+    try {
+      await this.#client.send(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: this.#key(slot),
+          UpdateExpression: update,
+          ConditionExpression: '#state = :sharded',
+          ExpressionAttributeNames: pick(NAMES, [A.state, ...names]),
+          ExpressionAttributeValues: { ...values, ':next': str(state), ':sharded': str(SlotState.Sharded) },
+        }),
+      );
+      return 'ok';
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException) return 'finished';
+      throw storeError('finishSharded', slot, error);
+    }
   }
 
   async read(slot: Slot): Promise<(SlotRecord & { maxAttempts?: number }) | undefined> {
@@ -378,9 +471,14 @@ export class DynamoClaimStore implements ClaimStore {
     slot = canonicalSlot(slot);
     return {
       [TableLayout.partitionKey]: str(slotPartitionKey(slot.jobId, slot.window)),
-      [TableLayout.sortKey]: str(TableLayout.slotSortKey),
+      [TableLayout.sortKey]: str(slotSortKey(slot.shard)),
     };
   }
+}
+
+/** The shards a window item lists as finished, in order. */
+function finishedOf(item: Record<string, AttributeValue>): number[] {
+  return (item[A.finishedShards]?.NS ?? []).map(Number).sort((a, b) => a - b);
 }
 
 function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord & { maxAttempts?: number } {
@@ -410,6 +508,8 @@ function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord 
     ...(progress ? { progress: JSON.parse(progress) as RunSummary } : {}),
     ...(item[A.resumeAfter]?.N ? { resumeAfter: num$(item, A.resumeAfter) } : {}),
     ...(item[A.keyVersion]?.S !== undefined ? { keyVersion: item[A.keyVersion]?.S } : {}),
+    ...(item[A.shards]?.N ? { shards: num$(item, A.shards) } : {}),
+    ...(item[A.finishedShards]?.NS ? { finishedShards: finishedOf(item) } : {}),
     ...(summary ? { summary: JSON.parse(summary) as WindowSummary } : {}),
     ...(lastError ? { lastError } : {}),
     ...(completedAt ? { completedAt: Number(completedAt) } : {}),

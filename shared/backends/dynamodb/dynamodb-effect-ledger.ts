@@ -303,6 +303,7 @@ export class DynamoEffectLedger implements EffectLedger {
       owner: str(claim.owner),
       [TableLayout.ttlAttribute]: num(this.#expiresAt(claim.slot)),
       ...(attempts > 0 ? { attempts: num(attempts) } : {}),
+      ...(claim.slot.shard !== undefined ? { shard: num(claim.slot.shard) } : {}),
     };
   }
 
@@ -323,6 +324,7 @@ function toRecord(keyHash: string, item: Record<string, AttributeValue>): Effect
     attempts: Number(item.attempts?.N ?? 0),
     ...(item.retryAt?.N !== undefined ? { retryAt: Number(item.retryAt.N) } : {}),
     ...(item.reason?.S !== undefined ? { reason: item.reason.S } : {}),
+    ...(item.shard?.N !== undefined ? { shard: Number(item.shard.N) } : {}),
   };
 }
 

@@ -2,12 +2,12 @@
  * The claims table's layout, shared by the adapter and the CDK `ClaimsTable` construct.
  *
  * One table holds slots and effects:
- * - slot:   pk = `<jobId>#<window>`,              sk = `slot`
- * - effect: pk = `<jobId>#<window>#fx<shard>`,     sk = `<keyHash>`
+ * - slot:   pk = `<jobId>#<window>`,              sk = `slot` (the window), `shard#0003` (a shard of it)
+ * - effect: pk = `<jobId>#<window>#fx<0..15>`,     sk = `<keyHash>` (one ledger per window, all shards)
  *
  * Every partition key starts with `<jobId>#`, so IAM can confine a function to its own job's items
  * (dynamodb:LeadingKeys `<jobId>#*`). A window's effects are spread over EFFECT_SHARDS partitions
- * (the shard is the key hash's first hex digit): a real DynamoDB partition takes about 1,000 writes/s,
+ * (the partition is the key hash's first hex digit; nothing to do with a window's shards): a real DynamoDB partition takes about 1,000 writes/s,
  * so 16 of them carry 16,000 reservations a second before one throttles.
  */
 export const TableLayout = {
@@ -19,6 +19,11 @@ export const TableLayout = {
 } as const;
 
 export const EFFECT_SHARDS = 16;
+
+/** A slot item's sort key: `slot` for the window, `shard#0003` for one of its shards. */
+export function slotSortKey(shard: number | undefined): string {
+  return shard === undefined ? TableLayout.slotSortKey : `shard#${String(shard).padStart(4, '0')}`;
+}
 
 export function slotPartitionKey(jobId: string, window: string): string {
   return `${jobId}#${window}`;

@@ -17,10 +17,11 @@ import type {
   RenewOutcome,
   RunSummary,
   SlotRecord,
+  WindowFinish,
   WindowSummary,
 } from '../../slot/ports.js';
 import { SlotState } from '../../slot/ports.js';
-import { canonicalSlot, type Slot } from '../../slot/slot.js';
+import { canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
 import type {
   Condition,
   ConditionalWrite,
@@ -107,6 +108,8 @@ export class MemoryClaimStore implements ClaimStore {
         ...(old?.keyVersion !== undefined || lease.keyVersion !== undefined
           ? { keyVersion: old?.keyVersion ?? lease.keyVersion }
           : {}),
+        // A window's split is fixed by its first claim; a shard's own record carries none.
+        ...(slot.shard === undefined ? { shards: old ? (old.shards ?? 1) : (lease.shards ?? 1) } : {}),
       }),
     );
     if (result.committed) {
@@ -122,7 +125,12 @@ export class MemoryClaimStore implements ClaimStore {
           epoch,
           leaseEndsAt: leaseUntil,
           via,
-          window: progressOf(old ? toRecord(slot, old) : undefined, lease.deadline, lease.keyVersion),
+          window: progressOf(
+            old ? toRecord(slot, old) : undefined,
+            lease.deadline,
+            lease.keyVersion,
+            slot.shard === undefined ? lease.shards : undefined,
+          ),
         },
         ...(previousHolder ? { previousHolder } : {}),
       };
@@ -160,6 +168,17 @@ export class MemoryClaimStore implements ClaimStore {
   }
 
   async release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome> {
+    if (reason.kind === 'sharded') {
+      return this.#finish('release', claim, SlotState.Sharded, (item) => {
+        const { leaseUntil: _removed, ...rest } = item;
+        return {
+          ...rest,
+          state: SlotState.Sharded,
+          shards: reason.shards,
+          finishedShards: item.finishedShards ?? [],
+        };
+      });
+    }
     if (reason.kind !== 'error') {
       const state = reason.kind === 'stuck' ? SlotState.Stuck : SlotState.Released;
       return this.#finish('release', claim, state, (item) => {
@@ -192,6 +211,36 @@ export class MemoryClaimStore implements ClaimStore {
       lastError,
       leaseUntil: now,
     }));
+  }
+
+  async shardFinished(
+    window: Slot,
+    shard: number,
+  ): Promise<{ readonly shards: number; readonly finished: readonly number[] } | undefined> {
+    const slot = windowSlot(canonicalSlot(window));
+    const result = await this.#write({ operation: 'shardFinished', slot }, isSharded, (item) =>
+      item
+        ? {
+            ...item,
+            finishedShards: [...new Set([...(item.finishedShards ?? []), shard])].sort((a, b) => a - b),
+          }
+        : undefined,
+    );
+    const after = result.committed ? this.#table.getSlot(slot) : undefined;
+    if (after?.state !== SlotState.Sharded) return undefined;
+    return { shards: after.shards ?? 1, finished: after.finishedShards ?? [] };
+  }
+
+  async finishSharded(window: Slot, finish: WindowFinish, now: number): Promise<'ok' | 'finished'> {
+    const slot = windowSlot(canonicalSlot(window));
+    const result = await this.#write({ operation: 'complete', slot }, isSharded, (item) => {
+      if (!item) return undefined;
+      if (finish.kind === 'stuck')
+        return { ...item, state: SlotState.Stuck, lastError: finish.reason.slice(0, 1000) };
+      const state = finish.summary.failed > 0 ? SlotState.Partial : SlotState.Done;
+      return { ...item, state, summary: JSON.stringify(finish.summary), completedAt: now };
+    });
+    return result.committed ? 'ok' : 'finished';
   }
 
   async read(slot: Slot): Promise<MemorySlotRecord | undefined> {
@@ -276,6 +325,12 @@ function claimable(now: number, takeoverSkewMs: number): Condition<SlotItem> {
   };
 }
 
+/** `#state = :sharded` */
+const isSharded: Condition<SlotItem> = {
+  expression: '#state = :sharded',
+  holds: (item) => item?.state === SlotState.Sharded,
+};
+
 /** What a new grant does not inherit from the run before it: its counts and its wait. */
 function withoutRunFields(item: SlotItem | undefined): Partial<SlotItem> {
   if (!item) return {};
@@ -318,6 +373,8 @@ function toRecord(slot: Slot, item: SlotItem): MemorySlotRecord {
     ...(item.progress ? { progress: JSON.parse(item.progress) as RunSummary } : {}),
     ...(item.resumeAfter !== undefined ? { resumeAfter: item.resumeAfter } : {}),
     ...(item.keyVersion !== undefined ? { keyVersion: item.keyVersion } : {}),
+    ...(item.shards !== undefined ? { shards: item.shards } : {}),
+    ...(item.finishedShards !== undefined ? { finishedShards: item.finishedShards } : {}),
   };
 }
 

@@ -209,7 +209,13 @@ export class MemoryEffectLedger implements EffectLedger {
   }
 
   #item(claim: Claim, state: EffectState): EffectItem {
-    return { state, epoch: claim.epoch, owner: claim.owner, expiresAt: this.#expiresAt(claim.slot) };
+    return {
+      state,
+      epoch: claim.epoch,
+      owner: claim.owner,
+      expiresAt: this.#expiresAt(claim.slot),
+      ...(claim.slot.shard !== undefined ? { shard: claim.slot.shard } : {}),
+    };
   }
 
   async #send<R>(request: MemoryRequest, execute: () => R): Promise<R> {
@@ -261,6 +267,7 @@ function toRecord(keyHash: string, item: EffectItem): EffectRecord {
     attempts: item.attempts ?? 0,
     ...(item.retryAt !== undefined ? { retryAt: item.retryAt } : {}),
     ...(item.reason !== undefined ? { reason: item.reason } : {}),
+    ...(item.shard !== undefined ? { shard: item.shard } : {}),
   };
 }
 

@@ -1,6 +1,6 @@
 import type { EffectState, SlotState } from '../../slot/ports.js';
 import type { Slot } from '../../slot/slot.js';
-import { effectShard, slotPartitionKey } from '../dynamodb/table-layout.js';
+import { effectShard, slotPartitionKey, slotSortKey } from '../dynamodb/table-layout.js';
 import { ProtocolAudit } from './protocol-audit.js';
 
 /** A slot item, attribute for attribute the DynamoDB adapter's (see dynamodb-claim-store.ts). */
@@ -37,6 +37,9 @@ export interface SlotItem {
   readonly resumeAfter?: number;
   /** Set by the first claim, kept by every later one. */
   readonly keyVersion?: string;
+  /** A window's split, set by its first claim; and the shards finished so far (a set). */
+  readonly shards?: number;
+  readonly finishedShards?: readonly number[];
 }
 
 /** An effect item, as the DynamoDB adapter writes it. */
@@ -50,6 +53,8 @@ export interface EffectItem {
   /** FAILED and retryable: not before this instant. */
   readonly retryAt?: number;
   readonly reason?: string;
+  /** The shard whose run wrote it, in a sharded window. */
+  readonly shard?: number;
 }
 
 /** The port operation a write belongs to: the audit judges each write by it. */
@@ -64,6 +69,7 @@ export type StoreOperation =
   | 'recordFailure'
   | 'unreserve'
   | 'checkpoint'
+  | 'shardFinished'
   | 'readEffect'
   | 'list';
 
@@ -137,7 +143,7 @@ export class MemoryTable {
   }
 
   getEffect(slot: Slot, keyHash: string): EffectItem | undefined {
-    return this.#effects.get(slotKey(slot))?.get(keyHash);
+    return this.#effects.get(windowKey(slot))?.get(keyHash);
   }
 
   updateEffect(keyHash: string, write: ConditionalWrite<EffectItem>): WriteResult<EffectItem> {
@@ -174,8 +180,9 @@ export class MemoryTable {
     if (this.#slots.delete(slotKey(slot))) this.#version++;
   }
 
+  /** A window's effects: one ledger per window, whichever shard writes to it. */
   #effectsOf(slot: Slot): Map<string, EffectItem> {
-    const key = slotKey(slot);
+    const key = windowKey(slot);
     let effects = this.#effects.get(key);
     if (!effects) {
       effects = new Map();
@@ -185,6 +192,11 @@ export class MemoryTable {
   }
 }
 
+/** A slot record's key: the window's, or one of its shards' (as the DynamoDB sort key tells them apart). */
 function slotKey(slot: Slot): string {
+  return `${slotPartitionKey(slot.jobId, slot.window)}/${slotSortKey(slot.shard)}`;
+}
+
+function windowKey(slot: Slot): string {
   return slotPartitionKey(slot.jobId, slot.window);
 }

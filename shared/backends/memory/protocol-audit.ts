@@ -155,5 +155,7 @@ function isFinished(state: SlotState): boolean {
 }
 
 function slotName(slot: Slot | string): string {
-  return typeof slot === 'string' ? slot : slotPartitionKey(slot.jobId, slot.window);
+  if (typeof slot === 'string') return slot;
+  const window = slotPartitionKey(slot.jobId, slot.window);
+  return slot.shard === undefined ? window : `${window}/shard ${slot.shard}`;
 }
