@@ -151,6 +151,30 @@ describe('Postgres backend: advisory-lock key', () => {
       expect(BigInt(row!.key)).toBe(golden);
     }
   });
+
+  it("gives each shard a pinned key of its own, so a shard's claimers never queue behind its window's or a sibling's", async () => {
+    const window = { jobId: 'weekly-report', window: '2026-11-30T06:00:00Z' };
+    const shards: [number, bigint][] = [
+      [0, -3772732447102152469n],
+      [3, 4717759141520556958n],
+      [999, 6001973466191977464n],
+    ];
+    for (const [shard, golden] of shards) {
+      expect(advisoryLockKey({ ...window, shard })).toBe(golden);
+      // First 8 bytes of SHA-256 of `${jobId}\n${window}\nshard ${shard}`, signed.
+      const [row] = await postgres.sql<{ key: string }>(
+        `SELECT ('x' || left(encode(sha256(convert_to($1 || chr(10) || $2 || chr(10) || 'shard ' || $3, 'UTF8')), 'hex'), 16))::bit(64)::bigint::text AS key`,
+        [window.jobId, window.window, shard],
+      );
+      expect(BigInt(row!.key)).toBe(golden);
+    }
+    const keys = new Set([
+      advisoryLockKey(window),
+      ...shards.map(([shard]) => advisoryLockKey({ ...window, shard })),
+    ]);
+    expect(keys.size).toBe(4);
+    expect(advisoryLockKey(window)).toBe(3657830839355548778n);
+  });
 });
 
 describe('Postgres backend: a holder that dies, freezes or drifts', () => {
@@ -329,6 +353,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
         new Date(DEADLINE),
         null,
         null,
+        1, // the window's split: not split
       ])
     ).rows;
     expect(granted).toMatchObject({ epoch: 2 });
@@ -415,6 +440,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
             new Date(DEADLINE),
             null,
             null,
+            1, // the window's split: not split
           ]);
           return rows as { epoch: number }[];
         }),
@@ -714,7 +740,7 @@ describe('Postgres backend: schema, timeouts and operations', () => {
       'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name',
       [schema],
     );
-    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'slots']);
+    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'shard_slots', 'slots']);
   });
 
   it('migrates from the command line and prints the script for review', async () => {
