@@ -1008,3 +1008,48 @@ const summaryOf = (runs: number) => ({
   failedKeys: [],
   runs,
 });
+
+describe('Postgres backend: shards on the database clock', () => {
+  it("fences a shard's reservations by its own row: a lock on its window's row never holds them up, a takeover of the shard ends them", async () => {
+    const schema = await postgres.freshSchema();
+    const backend = postgres.backend(schema, { timeouts: { lockMs: 1_000 } });
+    const window = freshSlot();
+    const shard0 = { ...window, shard: 0 };
+    const coordinator = await backend.claims.claim(window, lease('coordinator', { shards: 2 }), Date.now());
+    if (coordinator.kind !== 'claimed') throw new Error(coordinator.kind);
+    await backend.claims.release(coordinator.claim, { kind: 'sharded', shards: 2 }, Date.now());
+    const { claim: first } = await claimOrFail(backend, shard0, 'shard-0');
+
+    // Someone holds the window's row (as finishing the window does): the shard reserves regardless,
+    // within its lock_timeout, since its lease check locks the shard's row alone.
+    const holder = await postgres.pool({ applicationName: 'window-row-holder', max: 1 }).connect();
+    await holder.query('BEGIN');
+    await holder.query(
+      `SELECT 1 FROM ${escapeIdentifier(schema)}.slots WHERE job_id = $1 AND slot_window = $2 FOR UPDATE`,
+      [window.jobId, window.window],
+    );
+    try {
+      expect(await backend.ledger.reserveMany(first, ['k1', 'k2'], reserving())).toEqual([
+        { kind: 'reserved', rerun: false, attempt: 1 },
+        { kind: 'reserved', rerun: false, attempt: 1 },
+      ]);
+    } finally {
+      await holder.query('COMMIT');
+      holder.release();
+    }
+    await backend.ledger.markDone(first, ['k1']);
+
+    // The database clock passes the shard's lease end: another run takes the shard over.
+    await postgres.ageLease(schema, shard0, 2 * LEASE);
+    const { claim: second } = await claimOrFail(backend, shard0, 'shard-0-again');
+    expect(second).toMatchObject({ epoch: 2, via: 'takeover' });
+    expect(await backend.ledger.reserve(first, 'k3', reserving())).toEqual({ kind: 'fenced', epoch: 2 });
+    expect(await backend.ledger.reserve(second, 'k2', reserving())).toEqual({ kind: 'in-doubt', epoch: 1 });
+    // The effects are the window's, each stamped with the shard that wrote it; the window is untouched.
+    expect((await listAll(backend, window)).map((r) => [r.keyHash, r.state, r.shard])).toEqual([
+      ['k1', 'DONE', 0],
+      ['k2', 'RESERVED', 0],
+    ]);
+    expect(await backend.claims.read(window)).toMatchObject({ state: 'SHARDED', epoch: 1, shards: 2 });
+  });
+});
