@@ -1010,6 +1010,27 @@ const summaryOf = (runs: number) => ({
 });
 
 describe('Postgres backend: shards on the database clock', () => {
+  it('refuses a split it cannot store, a shard split again and a shard out of range, naming the value', async () => {
+    const backend = postgres.backend(await postgres.freshSchema());
+    const window = freshSlot();
+    for (const shards of [0, 2.5, 1_001]) {
+      await expect(backend.claims.claim(window, lease('a', { shards }), Date.now())).rejects.toThrow(
+        new RegExp(
+          `lease.shards is number ${shards}; a window is split into a whole number of shards from 1`,
+        ),
+      );
+    }
+    expect(await backend.claims.read(window)).toBeUndefined();
+    const { claim: shard } = await claimOrFail(backend, { ...window, shard: 1 }, 'shard-1');
+    await expect(backend.claims.release(shard, { kind: 'sharded', shards: 2 }, Date.now())).rejects.toThrow(
+      /shard 1 was released as split into 2 shards, but it is itself a shard/,
+    );
+    expect(await backend.claims.read({ ...window, shard: 1 })).toMatchObject({ state: 'RUNNING' });
+    await expect(backend.claims.shardFinished(window, -1)).rejects.toThrow(
+      /shard is number -1; a shard is a whole number from 0/,
+    );
+  });
+
   it("fences a shard's reservations by its own row: a lock on its window's row never holds them up, a takeover of the shard ends them", async () => {
     const schema = await postgres.freshSchema();
     const backend = postgres.backend(schema, { timeouts: { lockMs: 1_000 } });
