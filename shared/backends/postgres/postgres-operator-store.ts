@@ -125,7 +125,6 @@ export class PostgresOperatorStore implements OperatorStore {
     });
   }
 
-  // Timeline: sql.forceReleaseSlot.
   // Timeline: sql.forceReleaseSlot, and sql.releaseShards for a sharded window.
   async forceRelease(slot: Slot, request: ReleaseRequest): Promise<OperatorWriteOutcome> {
     slot = windowOnly(slot, 'forceRelease');
