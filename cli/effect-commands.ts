@@ -7,6 +7,15 @@ import { assertDeliverable, deliverWindows, type WindowDelivery } from './window
 const KEY_HASH = /^[0-9a-f]{8,64}$/;
 
 /**
+ * Why an effect of a split window is not run again from here: its window would be split again, but
+ * the shard that owns the effect has ended (DONE or PARTIAL) and would stand down, so the effect
+ * would be dropped and the window counted finished without it. Reopening its shards is still to do.
+ */
+const SPLIT_WINDOW_RERUN =
+  'running an effect again needs the shard that owns it reopened, which the CLI does not do yet: the window would ' +
+  'be split again, that shard would stand down as finished, and the effect would never run';
+
+/**
  * `effects resolve`: an effect left in doubt is marked done (the provider's log shows it went) or
  * cleared for a re-run (it did not), fenced on the slot's epoch as just read.
  */
@@ -32,6 +41,13 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
       `${spec.id} ${slot.window} has no slot record; nothing to resolve`,
     );
   const resolution = markDone ? EffectResolution.Done : EffectResolution.Clear;
+  if (resolution === EffectResolution.Clear && (record.shards ?? 1) > 1) {
+    return ctx.refuse(
+      { outcome: 'refused', reason: 'split-window', shards: record.shards },
+      `refused to clear ${keyHash} in ${spec.id} ${slot.window}: the window is split into ${record.shards} shards, ` +
+        `and ${SPLIT_WINDOW_RERUN}. If the provider shows it went, --mark-done is safe. Nothing was written.`,
+    );
+  }
   const outcome = await operator.resolveEffect(slot, keyHash, resolution, {
     expectedEpoch: record.epoch,
     now: ctx.now,
@@ -116,6 +132,13 @@ export async function effectsRedrive(ctx: CommandContext): Promise<number> {
     return ctx.refuse(
       { outcome: 'absent' },
       `${spec.id} ${slot.window} has no slot record: nothing to re-drive. If it was due, run it: ${backfillCommand(slot)}`,
+    );
+  }
+  if ((record.shards ?? 1) > 1) {
+    return ctx.refuse(
+      { outcome: 'refused', reason: 'split-window', shards: record.shards },
+      `refused to re-drive ${spec.id} ${slot.window}: the window is split into ${record.shards} shards, and ` +
+        `${SPLIT_WINDOW_RERUN}. Its refused effects stay listed (slotguard slots show). Nothing was written.`,
     );
   }
   const deadline = ctx.now + ctx.deadlineMs(spec);
