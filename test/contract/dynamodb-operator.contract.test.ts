@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { DynamoOperatorStore } from '../../shared/backends/dynamodb/dynamodb-operator-store.js';
-import type { Claim, ClaimStore, LeaseRequest } from '../../shared/slot/ports.js';
+import type { Claim, ClaimStore } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { testBackend } from '../helpers/harness.js';
+import { lease } from './backend-contract.js';
 import { describeOperatorContract } from './operator-contract.js';
 
 const dynamo = useDynamo();
@@ -22,20 +23,8 @@ describe('DynamoDB operator store: a window split into shards', () => {
   const WINDOW: Slot = { jobId: 'operator-shards', window: '2026-11-30T06:00:00Z' };
   const FRESH_DEADLINE = T0 + 30 * 3_600_000;
 
-  function lease(owner: string, shards?: number): LeaseRequest {
-    return {
-      owner,
-      leaseMs: 60_000,
-      maxAttempts: 3,
-      expiresAtSeconds: Math.ceil(T0 / 1000) + 35 * 86_400,
-      deadline: T0 + 6 * 3_600_000,
-      delivery: { executionId: `exec-${owner}`, attemptNumber: 1, invocationId: `req-${owner}` },
-      ...(shards !== undefined ? { shards } : {}),
-    };
-  }
-
   async function claimed(claims: ClaimStore, slot: Slot, owner: string, shards?: number): Promise<Claim> {
-    const outcome = await claims.claim(slot, lease(owner, shards), T0);
+    const outcome = await claims.claim(slot, lease(owner, shards ? { shards } : {}), T0);
     if (outcome.kind !== 'claimed') throw new Error(`expected ${owner} to claim, got ${outcome.kind}`);
     return outcome.claim;
   }

@@ -1,10 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { DynamoClaimStore } from '../../shared/backends/dynamodb/dynamodb-claim-store.js';
-import type { ClaimStore, LeaseRequest } from '../../shared/slot/ports.js';
+import type { ClaimStore } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
 import { auditWindows } from '../../shared/watchdog/window-audit.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { ManualClock } from '../helpers/manual-clock.js';
+import { lease } from './backend-contract.js';
 import { describeWatchdogAudit } from './watchdog-audit-contract.js';
 
 const dynamo = useDynamo();
@@ -21,28 +22,20 @@ describe('DynamoDB: the watchdog audit of a window split into shards', () => {
   const CLAIMED = Date.parse('2026-11-30T06:00:05Z');
   const DEADLINE = Date.parse('2026-11-30T12:00:00Z');
 
-  function lease(owner: string, shards?: number): LeaseRequest {
-    return {
-      owner,
-      leaseMs: 60_000,
-      maxAttempts: 3,
-      expiresAtSeconds: Math.ceil(CLAIMED / 1000) + 35 * 86_400,
-      deadline: DEADLINE,
-      delivery: { invocationId: owner },
-      ...(shards !== undefined ? { shards } : {}),
-    };
-  }
+  /** The window is due at 12:00, 6 hours after it. */
+  const due = (owner: string, shards?: number) =>
+    lease(owner, { deadline: DEADLINE, ...(shards ? { shards } : {}) });
 
   /** The window's coordinator split it in 4; shards 0 and 1 ended, 2 and 3 never did (their runs died). */
   async function splitHalfFinished(store: ClaimStore): Promise<void> {
-    const coordinator = await store.claim(WINDOW, lease('coordinator', 4), CLAIMED);
+    const coordinator = await store.claim(WINDOW, due('coordinator', 4), CLAIMED);
     if (coordinator.kind !== 'claimed') throw new Error(coordinator.kind);
     expect(await store.release(coordinator.claim, { kind: 'sharded', shards: 4 }, CLAIMED + 1)).toEqual({
       kind: 'ok',
     });
     const nothing = { done: 0, inDoubt: 0, failed: 0, inDoubtKeys: [], failedKeys: [], runs: 1 };
     for (const shard of [0, 1, 2, 3]) {
-      const run = await store.claim({ ...WINDOW, shard }, lease(`shard-${shard}`), CLAIMED + 2);
+      const run = await store.claim({ ...WINDOW, shard }, due(`shard-${shard}`), CLAIMED + 2);
       if (run.kind !== 'claimed') throw new Error(run.kind);
       if (shard > 1) continue;
       await store.complete(run.claim, nothing, CLAIMED + 3);
