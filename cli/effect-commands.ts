@@ -1,4 +1,5 @@
 import { EffectResolution } from '../shared/slot/operator-ports.js';
+import { SlotState } from '../shared/slot/ports.js';
 import { CliError, iso, usageError } from './cli-support.js';
 import type { CommandContext } from './command.js';
 import { backfillCommand, holderName } from './slot-view.js';
@@ -34,19 +35,41 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
       'give exactly one of --mark-done (the effect happened) or --rerun (it did not: run it again)',
     );
   }
-  const { spec, slot, operator, record } = await ctx.repairTarget();
+  const { spec, slot, backend, operator, record } = await ctx.repairTarget();
   if (!record)
     return ctx.refuse(
       { outcome: 'absent' },
       `${spec.id} ${slot.window} has no slot record; nothing to resolve`,
     );
   const resolution = markDone ? EffectResolution.Done : EffectResolution.Clear;
-  if (resolution === EffectResolution.Clear && (record.shards ?? 1) > 1) {
-    return ctx.refuse(
-      { outcome: 'refused', reason: 'split-window', shards: record.shards },
-      `refused to clear ${keyHash} in ${spec.id} ${slot.window}: the window is split into ${record.shards} shards, ` +
-        `and ${SPLIT_WINDOW_RERUN}. If the provider shows it went, --mark-done is safe. Nothing was written.`,
-    );
+  if ((record.shards ?? 1) > 1) {
+    if (resolution === EffectResolution.Clear) {
+      return ctx.refuse(
+        { outcome: 'refused', reason: 'split-window', shards: record.shards },
+        `refused to clear ${keyHash} in ${spec.id} ${slot.window}: the window is split into ${record.shards} shards, ` +
+          `and ${SPLIT_WINDOW_RERUN}. If the provider shows it went, --mark-done is safe. Nothing was written.`,
+      );
+    }
+    // The store fences the write on the window's record, which holds no lease once split: the shard
+    // that reserved the effect may be sending it right now. Its own lease is checked here instead.
+    const effect = await backend.slots.ledger.read(slot, keyHash);
+    const shard =
+      effect?.shard === undefined
+        ? undefined
+        : await backend.slots.claims.read({ ...slot, shard: effect.shard });
+    if (
+      effect &&
+      shard?.state === SlotState.Running &&
+      shard.leaseEndsAt >= ctx.now &&
+      shard.epoch === effect.epoch
+    ) {
+      return ctx.refuse(
+        { outcome: 'refused', reason: 'lease-live', shard: effect.shard },
+        `refused to resolve ${keyHash}: shard ${effect.shard}'s run (${holderName(shard.owner)}, epoch ${shard.epoch}) ` +
+          `reserved it and holds its lease until ${new Date(shard.leaseEndsAt).toISOString()}: it is under way, not in ` +
+          'doubt; wait for the lease to end. Nothing was written.',
+      );
+    }
   }
   const outcome = await operator.resolveEffect(slot, keyHash, resolution, {
     expectedEpoch: record.epoch,

@@ -985,7 +985,7 @@ describe('slotguard slots for a window split into shards', () => {
     });
   });
 
-  it('refuses to re-run effects of a split window, whose finished shards would stand down without them', async () => {
+  it('refuses to re-run effects of a split window (its finished shards would stand down without them), and to mark one a live shard is sending', async () => {
     const clock = new ManualClock(at('06:30') + 30_000);
     const w = await world(clock);
     const { window, hashes } = await windowInFourShards(w, '06:30');
@@ -1008,6 +1008,23 @@ describe('slotguard slots for a window split into shards', () => {
       shard: 1,
     });
     expect(await w.backend.backend.claims.read(window)).toMatchObject({ state: 'SHARDED', epoch: 1 });
+
+    // Marking it done is refused while the shard that reserved it holds its lease: it is under way.
+    const markDone = ['effects', 'resolve', ...target, '--key', hashes[1]!, '--mark-done', ...w.where];
+    const live = await cli(markDone, clock);
+    expect(live.code).toBe(1);
+    expect(live.err).toContain(
+      `refused to resolve ${hashes[1]}: shard 1's run (replica-3, epoch 1) reserved it and holds its lease until ` +
+        '2026-11-30T06:31:20.000Z',
+    );
+    expect(await w.backend.backend.ledger.read(window, hashes[1]!)).toMatchObject({ state: 'RESERVED' });
+    await clock.advance(60_000);
+    const gone = await cli(markDone, clock);
+    expect(gone.code).toBe(0);
+    expect(await w.backend.backend.ledger.read(window, hashes[1]!)).toMatchObject({
+      state: 'DONE',
+      shard: 1,
+    });
   });
 });
 
