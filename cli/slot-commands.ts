@@ -9,6 +9,7 @@ import type { CatalogJob } from './job-catalog.js';
 import {
   backfillCommand,
   holderName,
+  readShards,
   type ShardsView,
   type SlotView,
   viewSlot,
@@ -228,9 +229,7 @@ export async function slotsShow(ctx: CommandContext): Promise<number> {
     lines.push(
       `  done: ${done.slice(0, 5).join(' ')}${done.length > 5 ? ` … (${count(done.length - 5)} more; --json lists all)` : ''}`,
     );
-  lines.push(
-    ...(view.shard !== undefined ? shardAdvice(spec.id, view, whole!) : windowAdvice(spec.id, view)),
-  );
+  lines.push(...(whole ? shardAdvice(spec.id, view, whole) : windowAdvice(spec.id, view)));
   ctx.print(lines.join('\n'));
   return view.problems.length === 0 ? ExitCode.Ok : ExitCode.Problem;
 }
@@ -327,13 +326,12 @@ function shardAdvice(jobId: string, view: SlotView, whole: SlotView): string[] {
 
 /** Why `--shard` names no shard of this window, or undefined when it does. */
 function shardRefusal(whole: SlotView, shard: number): string | undefined {
-  const jobWindow = `${whole.window}`;
   if (whole.state === 'MISSED' || whole.state === 'UPCOMING')
-    return `window ${jobWindow} has no slot record, so no shards; drop --shard to see the window`;
+    return `window ${whole.window} has no slot record, so no shards; drop --shard to see the window`;
   if (!whole.shards)
-    return `window ${jobWindow} is not split into shards (its record says none); drop --shard to see the window`;
+    return `window ${whole.window} is not split into shards (its record says none); drop --shard to see the window`;
   if (shard >= whole.shards.count)
-    return `--shard is ${shard}, but window ${jobWindow} is split into ${whole.shards.count} shards, 0 to ${whole.shards.count - 1}`;
+    return `--shard is ${shard}, but window ${whole.window} is split into ${whole.shards.count} shards, 0 to ${whole.shards.count - 1}`;
   return undefined;
 }
 
@@ -434,9 +432,18 @@ export async function slotsRelease(ctx: CommandContext): Promise<number> {
     slot.shard === undefined ? `${spec.id} ${slot.window}` : `${spec.id} ${slot.window} shard ${slot.shard}`;
   const whole = slot.shard === undefined ? record : await backend.slots.claims.read(windowSlot(slot));
   const split = whole?.shards !== undefined && whole.shards > 1 ? whole.shards : undefined;
+  const misaimed = shardTargetRefusal(ctx, spec, slot, whole, split);
+  if (misaimed !== undefined) return misaimed;
+  if (!record) {
+    return ctx.refuse(
+      { outcome: 'absent' },
+      slot.shard === undefined
+        ? `${spec.id} ${slot.window} has no slot record: nothing to release. If it was due, run it: ${backfillCommand(slot)}`
+        : `${name} has no record yet: no run has claimed its message, so there is nothing to release. Nothing was written.`,
+    );
+  }
   const refusal = await releaseRefusal(ctx, { spec, slot, backend, record, whole, split });
-  if (refusal) return refusal;
-  if (!record) throw new Error('releaseRefusal passes only a slot with a record');
+  if (refusal !== undefined) return refusal;
   const deadline = ctx.now + ctx.deadlineMs(spec);
   const outcome = await operator.forceRelease(slot, {
     expectedEpoch: record.epoch,
@@ -486,12 +493,37 @@ export async function slotsRelease(ctx: CommandContext): Promise<number> {
   }
 }
 
+/** Refuses a `--shard` of a window that is not split, or that has no such shard. */
+function shardTargetRefusal(
+  ctx: CommandContext,
+  spec: CatalogJob,
+  slot: Slot,
+  whole: SlotRecord | undefined,
+  split: number | undefined,
+): number | undefined {
+  if (slot.shard === undefined) return undefined;
+  if (split === undefined) {
+    return ctx.refuse(
+      { outcome: 'not-split' },
+      `${spec.id} ${slot.window} is not split into shards (${whole ? 'its record says none' : 'it has no slot record'}); ` +
+        'drop --shard to release the window itself. Nothing was written.',
+    );
+  }
+  if (slot.shard >= split) {
+    return ctx.refuse(
+      { outcome: 'no-such-shard', shards: split },
+      `--shard is ${slot.shard}, but ${spec.id} ${slot.window} is split into ${split} shards, 0 to ${split - 1}. Nothing was written.`,
+    );
+  }
+  return undefined;
+}
+
 /**
- * Why a release is refused before anything is written, or undefined when it may go ahead: no record;
- * a `--shard` of a window that is not split or has no such shard; a SHARDED window (its shards run
- * it); a STUCK or FAILED shard of a window still SHARDED (its message is gone, and the window could
- * not be released to run it again until its other shards end); a split window with shards still
- * STUCK or FAILED (splitting it again would find them so, and it would go STUCK again).
+ * Why a release of a split window or one of its shards is refused before anything is written, or
+ * undefined when it may go ahead: a SHARDED window (its shards run it); a STUCK or FAILED shard of a
+ * window still SHARDED (its message is gone, and the window could not be released to run it again
+ * until its other shards end); a STUCK split window with shards still STUCK or FAILED (splitting it
+ * again would find them so, and it would go STUCK again at once).
  */
 async function releaseRefusal(
   ctx: CommandContext,
@@ -499,37 +531,13 @@ async function releaseRefusal(
     readonly spec: CatalogJob;
     readonly slot: Slot;
     readonly backend: CliBackend;
-    readonly record: SlotRecord | undefined;
+    readonly record: SlotRecord;
     readonly whole: SlotRecord | undefined;
     readonly split: number | undefined;
   },
 ): Promise<number | undefined> {
   const { spec, slot, backend, record, whole, split } = target;
   const show = `slotguard slots show --job ${spec.id} --window ${slot.window}`;
-  if (slot.shard !== undefined) {
-    if (split === undefined) {
-      return ctx.refuse(
-        { outcome: 'not-split' },
-        `${spec.id} ${slot.window} is not split into shards (${whole ? 'its record says none' : 'it has no slot record'}); ` +
-          'drop --shard to release the window itself. Nothing was written.',
-      );
-    }
-    if (slot.shard >= split) {
-      return ctx.refuse(
-        { outcome: 'no-such-shard', shards: split },
-        `--shard is ${slot.shard}, but ${spec.id} ${slot.window} is split into ${split} shards, 0 to ${split - 1}. Nothing was written.`,
-      );
-    }
-  }
-  if (!record) {
-    return ctx.refuse(
-      { outcome: 'absent' },
-      slot.shard === undefined
-        ? `${spec.id} ${slot.window} has no slot record: nothing to release. If it was due, run it: ${backfillCommand(slot)}`
-        : `${spec.id} ${slot.window} shard ${slot.shard} has no record yet: no run has claimed its message, so there is ` +
-            'nothing to release. Nothing was written.',
-    );
-  }
   if (slot.shard === undefined && record.state === SlotState.Sharded) {
     return ctx.refuse(
       { outcome: 'refused', reason: 'sharded', current: { state: record.state, epoch: record.epoch } },
@@ -549,9 +557,7 @@ async function releaseRefusal(
     );
   }
   if (slot.shard === undefined && split !== undefined && record.state === SlotState.Stuck) {
-    const shards = await Promise.all(
-      Array.from({ length: split }, (_, shard) => backend.slots.claims.read({ ...slot, shard })),
-    );
+    const shards = await readShards(backend, slot, split);
     const stuck = shards.flatMap((shard, i) =>
       shard?.state === SlotState.Stuck || shard?.state === SlotState.Failed ? [i] : [],
     );

@@ -229,8 +229,8 @@ export async function viewSlot(
   } as SlotView;
 }
 
-/** A window's shard records, in shard order (undefined where a shard has none yet). */
-async function readShards(
+/** A window's shard records, in shard order (undefined where a shard has none yet), 16 reads at a time. */
+export async function readShards(
   backend: CliBackend,
   window: Slot,
   count: number,
