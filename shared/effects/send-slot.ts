@@ -1,0 +1,35 @@
+import { EffectNotPerformedError, NotPerformedReason } from '../errors.js';
+import { withoutAddresses } from '../telemetry/safe-error-text.js';
+import type { RateLimiter } from './token-bucket.js';
+
+/**
+ * Waits for `limiter` to let one send go. A wait that ends without a token sent nothing, so it is a
+ * refusal (EffectNotPerformedError), never an effect in doubt: `cancelled` when the run's signal
+ * aborted it (the run is stopping), `throttled` when the limiter itself failed (a shared limiter
+ * whose store could not be reached), which a later attempt retries.
+ * @example await takeSendSlot(limiter, options.signal, 'the SES send rate');
+ */
+export async function takeSendSlot(
+  limiter: RateLimiter,
+  signal: AbortSignal | undefined,
+  rateName: string,
+): Promise<void> {
+  try {
+    await limiter.take(signal);
+  } catch (cause) {
+    if (signal?.aborted) {
+      throw new EffectNotPerformedError(
+        `the send was cancelled while waiting for ${rateName}; nothing was sent`,
+        {
+          cause: withoutAddresses(cause),
+          reason: NotPerformedReason.Cancelled,
+        },
+      );
+    }
+    const detail = cause instanceof Error ? cause.message : String(cause);
+    throw new EffectNotPerformedError(
+      `no send slot could be reserved on ${rateName} (${detail}); nothing was sent, and a later attempt sends it`,
+      { cause: withoutAddresses(cause), reason: NotPerformedReason.Throttled },
+    );
+  }
+}
