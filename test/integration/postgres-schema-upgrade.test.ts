@@ -1,6 +1,6 @@
 import { escapeIdentifier } from 'pg';
 import { describe, expect, it } from 'vitest';
-import { migrate, SCHEMA_VERSION } from '../../shared/backends/postgres/index.js';
+import { migrate, PostgresRateLimitStore, SCHEMA_VERSION } from '../../shared/backends/postgres/index.js';
 import { ConfigurationError } from '../../shared/errors.js';
 import type { LeaseRequest } from '../../shared/slot/ports.js';
 import { type Slot, windowOf } from '../../shared/slot/slot.js';
@@ -148,7 +148,7 @@ const toldToMigrate = (error: unknown) =>
   /older than this version of slotguard.*run the migration/.test(error.message);
 
 describe('Postgres schema upgrades', () => {
-  it('brings a version-2 schema to version 3 with every row kept, and tells a version-3 build to migrate until then', async () => {
+  it('brings a version-2 schema to the current version with every row kept, and tells a new build to migrate until then', async () => {
     const { schema, q } = await schemaAt(2);
     const slots = { done: freshSlot(), running: freshSlot(), released: freshSlot(), failed: freshSlot() };
     await olderRows(q, slots);
@@ -161,12 +161,12 @@ describe('Postgres schema upgrades', () => {
     const pool = postgres.pool({ max: 3 });
     // Three replicas deploying at once: one upgrades, the others find it done.
     const results = await Promise.all([1, 2, 3].map(() => migrate(pool, { schema })));
-    expect(results.filter((r) => r.applied)).toEqual([{ schema, version: 3, applied: true }]);
+    expect(results.filter((r) => r.applied)).toEqual([{ schema, version: SCHEMA_VERSION, applied: true }]);
     expect(await migrate(pool, { schema })).toEqual({ schema, version: SCHEMA_VERSION, applied: false });
     const versions = await postgres.sql<{ version: number }>(
       `SELECT version FROM ${q}.schema_version ORDER BY version`,
     );
-    expect(versions.map((v) => v.version)).toEqual([2, 3]);
+    expect(versions.map((v) => v.version)).toEqual([2, SCHEMA_VERSION]);
 
     // The older rows, as the new build reads them: no deadline, no checkpoint, no runs without progress.
     const done = await backend.claims.read(slots.done);
@@ -222,8 +222,8 @@ describe('Postgres schema upgrades', () => {
     await migrate(postgres.pool({ max: 1 }), { schema: upgraded.schema });
     const fresh = await postgres.freshSchema('v3');
     const [a, b] = [await catalogOf(upgraded.schema), await catalogOf(fresh)];
-    // slots 20 + 2 + 6 columns (versions 1, 2, 3), effects 9 + 1 + 3, schema_version 2.
-    expect(a.columns).toHaveLength(43);
+    // slots 20 + 2 + 6 columns (versions 1, 2, 3), effects 9 + 1 + 3, schema_version 2, send_rates 3 (version 4).
+    expect(a.columns).toHaveLength(46);
     expect(a.constraints.length).toBeGreaterThanOrEqual(9);
     expect(a).toEqual(b);
     const checks = await stateChecks(fresh);
@@ -266,13 +266,13 @@ describe('Postgres schema upgrades', () => {
 
     expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
       schema,
-      version: 3,
+      version: SCHEMA_VERSION,
       applied: true,
     });
     const versions = await postgres.sql<{ version: number }>(
       `SELECT version FROM ${q}.schema_version ORDER BY version`,
     );
-    expect(versions.map((v) => v.version)).toEqual([1, 3]);
+    expect(versions.map((v) => v.version)).toEqual([1, SCHEMA_VERSION]);
     const kept = await backend.claims.read(slot);
     expect(kept).toMatchObject({ state: 'DONE', owner: 'old-build', epoch: 1, runsWithoutProgress: 0 });
     expect(kept?.delivery.backfilled).toBeUndefined();
@@ -282,5 +282,41 @@ describe('Postgres schema upgrades', () => {
       delivery: { backfilled: true },
       deadline: DEADLINE,
     });
+  });
+
+  it('brings a version-3 schema to version 4 (the send-rate table) with its rows kept, and the shared send rate works after', async () => {
+    // Version 4 only adds send_rates: a current schema without it, recorded at 3, is what a version-3
+    // build's migration left.
+    const schema = await postgres.freshSchema('v3');
+    const q = escapeIdentifier(schema);
+    await postgres.sql(`DROP TABLE ${q}.send_rates`);
+    await postgres.sql(`UPDATE ${q}.schema_version SET version = 3 WHERE version = 4`);
+    const slot = freshSlot();
+    const backend = postgres.backend(schema);
+    await backend.claims.claim(slot, lease('old-build'), Date.now());
+    const store = new PostgresRateLimitStore({
+      pool: postgres.pool({ max: 1 }),
+      schema,
+      jobId: 'upgrade-job',
+    });
+    await expect(store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 })).rejects.toSatisfy(
+      (error: unknown) =>
+        error instanceof ConfigurationError &&
+        /run the migration first: slotguard postgres migrate/.test(error.message),
+    );
+
+    expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
+      schema,
+      version: 4,
+      applied: true,
+    });
+    const versions = await postgres.sql<{ version: number }>(
+      `SELECT version FROM ${q}.schema_version ORDER BY version`,
+    );
+    expect(versions.map((v) => v.version)).toEqual([3, 4]);
+    expect(await backend.claims.read(slot)).toMatchObject({ state: 'RUNNING', owner: 'old-build', epoch: 1 });
+    const first = await store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 });
+    const second = await store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 });
+    expect(second.start - first.start).toBeCloseTo(100, 3);
   });
 });

@@ -1563,7 +1563,7 @@ describe('slotguard postgres migrate and purge', () => {
       'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name',
       [schema],
     );
-    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'slots']);
+    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'send_rates', 'slots']);
 
     const again = await cli(['postgres', 'migrate', '--schema', schema, '--json'], undefined, env);
     expect(again.code).toBe(0);
