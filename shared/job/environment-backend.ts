@@ -80,7 +80,7 @@ export function registerEnvironmentSendRateStore(
 export function registeredSendRateStore(
   kind: Exclude<BackendKind, typeof BackendKind.DynamoDB>,
 ): EnvironmentSendRateStore {
-  return lookUp(registeredSendRateStores, kind, ", which keeps the job's shared send rate");
+  return lookUp(registeredSendRateStores, kind);
 }
 
 /** The backend SLOTGUARD_BACKEND names: DynamoDB when it is unset, or a ConfigurationError naming it. */
@@ -109,20 +109,19 @@ const HOW_TO_INCLUDE: Record<Exclude<BackendKind, typeof BackendKind.DynamoDB>, 
 export function registeredBackend(
   kind: Exclude<BackendKind, typeof BackendKind.DynamoDB>,
 ): EnvironmentBackend {
-  return lookUp(registeredBackends, kind, '');
+  return lookUp(registeredBackends, kind);
 }
 
 /** What `registry` holds for `kind`, or a ConfigurationError saying how to include that backend. */
 function lookUp<T>(
   registry: ReadonlyMap<BackendKind, T>,
   kind: Exclude<BackendKind, typeof BackendKind.DynamoDB>,
-  role: string,
 ): T {
   const build = registry.get(kind);
   if (build) return build;
   throw new ConfigurationError(
     BACKEND_ENV,
-    `${BACKEND_ENV} is ${JSON.stringify(kind)} but this bundle does not include the ${kind} backend${role}; ${HOW_TO_INCLUDE[kind]}`,
+    `${BACKEND_ENV} is ${JSON.stringify(kind)} but this bundle does not include the ${kind} backend; ${HOW_TO_INCLUDE[kind]}`,
   );
 }
 

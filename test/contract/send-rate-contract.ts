@@ -1,118 +1,15 @@
-import { setMaxListeners } from 'node:events';
 import { describe, expect, it, vi } from 'vitest';
-import type { Clock } from '../../shared/clock.js';
-import type { RateLimitStore } from '../../shared/effects/rate-limit-store.js';
 import { SharedRateLimiter } from '../../shared/effects/shared-rate-limiter.js';
-import { inVirtualTime, VirtualClock } from '../helpers/virtual-clock.js';
+import { busiestWindow, runFleet, type SendRateBackend } from '../helpers/send-rate-fleet.js';
+import { VirtualClock } from '../helpers/virtual-clock.js';
 
-/**
- * One job's send-rate timeline on a backend: `worker()` gives the store a new worker (a Lambda) would
- * build, each on the same backing item, row or map.
- */
-export interface SendRateBackend {
-  worker(): RateLimitStore;
-}
+export type { SendRateBackend } from '../helpers/send-rate-fleet.js';
 
 const T0 = Date.parse('2026-11-30T06:00:00Z');
 let jobs = 0;
 
 /** A job id no other test of the file uses, so tests on one table or schema never share a timeline. */
 const freshJob = () => `rate-job-${process.pid}-${++jobs}`;
-
-/** Stores whose requests are counted while in flight, so virtual time never overtakes one. */
-function counted(backend: SendRateBackend) {
-  let inFlight = 0;
-  let requests = 0;
-  return {
-    inFlight: () => inFlight,
-    requests: () => requests,
-    worker(): RateLimitStore {
-      const store = backend.worker();
-      return {
-        async reserve(request) {
-          inFlight++;
-          requests++;
-          try {
-            return await store.reserve(request);
-          } finally {
-            inFlight--;
-          }
-        },
-      };
-    },
-  };
-}
-
-interface Fleet {
-  /** When each send started, across every worker, in order. */
-  readonly sends: number[];
-  readonly limiters: SharedRateLimiter[];
-  readonly requests: number;
-}
-
-/**
- * `workers` limiters on one timeline, each with `senders` callers that take a token and send at
- * once, as fast as the limiter lets them, from `from` until `until` (on the virtual clock).
- */
-async function runFleet(
-  clock: VirtualClock,
-  backend: SendRateBackend,
-  options: {
-    readonly workers: number;
-    readonly senders: number;
-    readonly ratePerSecond: number;
-    readonly burst?: number;
-    readonly until: number;
-    readonly clockOf?: (worker: number) => Clock;
-  },
-): Promise<Fleet> {
-  const stores = counted(backend);
-  const sends: number[] = [];
-  const stop = new AbortController();
-  // Every sender of the fleet waits on this one signal.
-  setMaxListeners(0, stop.signal);
-  const cancel = clock.schedule(options.until - clock.now(), () => stop.abort(new Error('span over')));
-  const limiters = Array.from(
-    { length: options.workers },
-    (_, i) =>
-      new SharedRateLimiter({
-        store: stores.worker(),
-        ratePerSecond: options.ratePerSecond,
-        clock: options.clockOf?.(i) ?? clock,
-        ...(options.burst !== undefined ? { burst: options.burst } : {}),
-      }),
-  );
-  const sender = async (limiter: SharedRateLimiter) => {
-    for (;;) {
-      try {
-        await limiter.take(stop.signal);
-      } catch {
-        return;
-      }
-      sends.push(clock.now());
-    }
-  };
-  await inVirtualTime(
-    clock,
-    stores.inFlight,
-    Promise.all(
-      limiters.flatMap((limiter) => Array.from({ length: options.senders }, () => sender(limiter))),
-    ),
-  );
-  cancel();
-  return { sends: sends.sort((a, b) => a - b), limiters, requests: stores.requests() };
-}
-
-/** The most sends that start within any `windowMs` (each window opening at a send). */
-export function busiestWindow(sends: readonly number[], windowMs: number): number {
-  let most = 0;
-  let first = 0;
-  for (let last = 0; last < sends.length; last++) {
-    while (sends[last]! - sends[first]! >= windowMs) first++;
-    most = Math.max(most, last - first + 1);
-  }
-  return most;
-}
 
 /**
  * The send-rate contract: what every RateLimitStore must do alone, and what SharedRateLimiter
