@@ -5,11 +5,15 @@ import {
   type RateReservation,
   type RateReservationRequest,
 } from '../../effects/rate-limit-store.js';
+import { ConfigurationError } from '../../errors.js';
 import { assertLeaseClock, type LeaseClock } from './postgres-claim-store.js';
 import { translateError } from './postgres-errors.js';
-import { PostgresExecutor, type PostgresTimeouts, resolveTimeouts } from './postgres-executor.js';
+import { PostgresExecutor, type PostgresTimeouts, resolveTimeouts, sqlState } from './postgres-executor.js';
 import { DEFAULT_SCHEMA } from './postgres-settings.js';
 import { sqlFor } from './sql.js';
+
+/** SQLSTATE insufficient_privilege. */
+const INSUFFICIENT_PRIVILEGE = '42501';
 
 /** Options of a `PostgresRateLimitStore`. */
 export interface PostgresRateLimitStoreOptions {
@@ -73,6 +77,16 @@ export class PostgresRateLimitStore implements RateLimitStore {
         request.spanMs,
       ]);
     } catch (error) {
+      if (sqlState(error) === INSUFFICIENT_PRIVILEGE) {
+        // A user granted ALL TABLES before version 4 created send_rates has no rights on it.
+        throw new ConfigurationError(
+          'schema',
+          `Postgres reservation on the send-rate timeline of job '${this.#jobId}' was refused: the database user ` +
+            `has no rights on ${this.#schema}.send_rates (SQLSTATE 42501); grant them as for the other tables: ` +
+            `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ${this.#schema} TO <the functions' user>`,
+          { cause: error },
+        );
+      }
       throw translateError(
         'reserve send rate',
         `the send-rate timeline of job '${this.#jobId}'`,
