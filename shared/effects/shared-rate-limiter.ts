@@ -37,7 +37,10 @@ export interface SharedRateLimiterStats {
   readonly reserved: number;
   /** Tokens handed to a caller of `take`. */
   readonly used: number;
-  /** Tokens that passed their last usable moment with no one waiting: they only ever lower the rate. */
+  /**
+   * Tokens that passed their last usable moment unused (their caller aborted, the worker stopped
+   * asking, the reservation's reply came back late): they only ever lower the rate.
+   */
   readonly lost: number;
 }
 
