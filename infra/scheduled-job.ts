@@ -16,7 +16,7 @@ import {
   type JobSpec,
   type ScheduleSpec,
 } from '../shared/job/job-spec.js';
-import { RuntimeEnv } from '../shared/job/runtime-env.js';
+import { RuntimeEnv, SendRateScope } from '../shared/job/runtime-env.js';
 import { type AnalysedSchedule, analyseSchedule } from '../shared/schedule/schedule-analysis.js';
 import { describe, JOB_ID_PATTERN, MAX_SHARDS, windowOf } from '../shared/slot/slot.js';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
@@ -54,11 +54,20 @@ export interface SesSendingProps {
   /** The From address; at `identity` (or equal to it when the identity is an address). */
   readonly fromAddress: string;
   /**
-   * Emails per second one run of this job may send: the account's SES maximum send rate, divided
-   * among the runs that send at once (up to `maxConcurrency` of this job's).
+   * Emails per second this job may send, all of its runs together (shards, continuations, a
+   * backfill next to a scheduled run): at most the account's SES maximum send rate, less what other
+   * jobs of the account send at the same time. With `sendRateScope: 'process'`, each run's own rate.
    * @default 1
    */
   readonly maxSendRatePerSecond?: number;
+  /**
+   * Who shares `maxSendRatePerSecond` (SLOTGUARD_SEND_RATE_SCOPE). `'job'`: every run of the job
+   * at once, through a timeline in the claims backend (a DynamoDB item under the job's own key, or
+   * a row of the Postgres schema), at about one write per batch of sends. `'process'`: each run
+   * alone, so N runs at once may send N times the rate.
+   * @default 'job'
+   */
+  readonly sendRateScope?: 'job' | 'process';
 }
 
 /** Props of a `ScheduledJob`. */
@@ -76,7 +85,7 @@ export interface ScheduledJobProps {
   readonly effectKeySecret?: secretsmanager.ISecret;
   /**
    * SES sending: grants `ses:SendEmail` on this identity only, from this address only.
-   * @default no SES permission, and SLOTGUARD_SES_FROM / SLOTGUARD_SEND_RATE are not set
+   * @default no SES permission, and SLOTGUARD_SES_FROM / SLOTGUARD_SEND_RATE / SLOTGUARD_SEND_RATE_SCOPE are not set
    */
   readonly ses?: SesSendingProps;
   /**
@@ -122,8 +131,9 @@ export interface ScheduledJobProps {
   /**
    * Runs of this job at once: the work queue's event source invokes at most this many functions,
    * so at most this many windows, shards of a window (`job.shards`), or deliveries of one of them (of
-   * which all but one stand down) run together. Each run sends at `ses.maxSendRatePerSecond`. From 2
-   * (AWS's minimum) to 1000, and at least `job.shards`, so that a window's shards run side by side.
+   * which all but one stand down) run together. Together they send at `ses.maxSendRatePerSecond`
+   * (each on its own with `ses.sendRateScope: 'process'`). From 2 (AWS's minimum) to 1000, and at
+   * least `job.shards`, so that a window's shards run side by side.
    * @default the larger of 2 and `job.shards`
    */
   readonly maxConcurrency?: number;
@@ -406,7 +416,11 @@ export class ScheduledJob extends Construct {
         [RuntimeEnv.deadlineSeconds]: String(this.deadline.toSeconds()),
         [RuntimeEnv.shards]: String(job.shards),
         ...(ses
-          ? { [RuntimeEnv.sesFromAddress]: ses.fromAddress, [RuntimeEnv.sendRatePerSecond]: String(ses.rate) }
+          ? {
+              [RuntimeEnv.sesFromAddress]: ses.fromAddress,
+              [RuntimeEnv.sendRatePerSecond]: String(ses.rate),
+              [RuntimeEnv.sendRateScope]: ses.scope,
+            }
           : {}),
       },
       bundling: slotguardBundling(backendOptions),
@@ -937,7 +951,12 @@ export class ScheduledJob extends Construct {
     return memorySize;
   }
 
-  private validateSes(ses: SesSendingProps): { identity: string; fromAddress: string; rate: number } {
+  private validateSes(ses: SesSendingProps): {
+    identity: string;
+    fromAddress: string;
+    rate: number;
+    scope: SendRateScope;
+  } {
     const identity = ses.identity.toLowerCase();
     const from = ses.fromAddress.toLowerCase();
     const domain = from.slice(from.lastIndexOf('@') + 1);
@@ -957,7 +976,16 @@ export class ScheduledJob extends Construct {
         `ses.maxSendRatePerSecond is ${describe(rate)}; set a positive number, at most your SES account's maximum send rate`,
       );
     }
-    return { identity: ses.identity, fromAddress: ses.fromAddress, rate };
+    const scope = ses.sendRateScope ?? SendRateScope.Job;
+    if (!(Object.values(SendRateScope) as string[]).includes(scope)) {
+      throw new InfraValidationError(
+        this,
+        'ses.sendRateScope',
+        `ses.sendRateScope is ${describe(scope)}; set 'job' (every run of the job shares the rate) or 'process' ` +
+          "(each run keeps to it alone), or leave it unset for 'job'",
+      );
+    }
+    return { identity: ses.identity, fromAddress: ses.fromAddress, rate, scope };
   }
 
   private validatePositiveInteger(prop: string, value: number): number {

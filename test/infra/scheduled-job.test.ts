@@ -212,6 +212,20 @@ describe('ScheduledJob refuses props that cannot work, naming the construct, the
     );
   });
 
+  it('refuses a send-rate scope the runtime does not know, naming the two it takes', () => {
+    const error = validationError((stack) =>
+      addJob(stack, 'job', jobSpec(), {
+        ses: {
+          identity: 'example.com',
+          fromAddress: 'reports@example.com',
+          sendRateScope: 'account' as 'job',
+        },
+      }),
+    );
+    expect(error.prop).toBe('ses.sendRateScope');
+    expect(error.message).toMatch(/ses.sendRateScope is "account"; set 'job' .* or 'process'/);
+  });
+
   it('refuses a handler entry that does not exist, before bundling tries', () => {
     const error = validationError((stack) =>
       addJob(stack, 'job', jobSpec({ entry: 'functions/nope/handler.ts' })),
@@ -471,6 +485,29 @@ describe('ScheduledJob: the work queue', () => {
       { Effect: 'Allow', Action: ['sqs:ChangeMessageVisibility', 'sqs:SendMessage'], Resource: ownQueue },
     ]);
     expect(JSON.stringify(sqsStatements)).not.toContain(logicalIdOf(other.workQueue));
+  });
+
+  it("shares the SES rate among every run of the job unless told to keep it per run, with no grant beyond the job's keys", () => {
+    const stack = stackWithoutBundling();
+    const ses = { identity: 'example.com', fromAddress: 'reports@example.com', maxSendRatePerSecond: 14 };
+    const shared = addJob(stack, 'shared', jobSpec({ id: 'shared-rate' }), { ses });
+    const perRun = addJob(stack, 'per-run', jobSpec({ id: 'per-run-rate' }), {
+      ses: { ...ses, sendRateScope: 'process' },
+    });
+    expect(resourceOf(stack, shared.function).Properties.Environment.Variables).toMatchObject({
+      [RuntimeEnv.sendRatePerSecond]: '14',
+      [RuntimeEnv.sendRateScope]: 'job',
+    });
+    expect(resourceOf(stack, perRun.function).Properties.Environment.Variables).toMatchObject({
+      [RuntimeEnv.sendRateScope]: 'process',
+    });
+    // The timeline's item is `<jobId>#ratelimit`: the job's LeadingKeys grant already covers it.
+    const claims = functionStatements(stack, shared).find((statement) =>
+      [statement.Action].flat().includes('dynamodb:UpdateItem'),
+    );
+    expect(claims?.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['shared-rate#*'] },
+    });
   });
 
   it("sets the work queue's URL and the deadline for the runtime, and terminates recursive loops", () => {

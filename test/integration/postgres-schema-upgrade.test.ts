@@ -1,6 +1,6 @@
 import { escapeIdentifier } from 'pg';
 import { describe, expect, it } from 'vitest';
-import { migrate, SCHEMA_VERSION } from '../../shared/backends/postgres/index.js';
+import { migrate, PostgresRateLimitStore, SCHEMA_VERSION } from '../../shared/backends/postgres/index.js';
 import { ConfigurationError } from '../../shared/errors.js';
 import type { LeaseRequest } from '../../shared/slot/ports.js';
 import { type Slot, windowOf } from '../../shared/slot/slot.js';
@@ -124,6 +124,28 @@ const version3Claim = (q: string) => `
   RETURNING s.epoch, s.lease_until, s.previous_owner, s.previous_state, s.deadline, s.checkpoint,
     s.runs_without_progress, s.key_version`;
 
+/** Claims `slot` for `owner` at `at` the way a version-3 build does; returns the epochs granted. */
+async function claimAsVersion3(q: string, slot: Slot, owner: string, at: number): Promise<number[]> {
+  const granted = await postgres.sql<{ epoch: number }>(version3Claim(q), [
+    slot.jobId,
+    slot.window,
+    owner,
+    new Date(at),
+    60_000,
+    3,
+    new Date(at),
+    null,
+    null,
+    owner,
+    Math.ceil(WINDOW_MS / 1000) + 35 * 86_400,
+    false,
+    new Date(DEADLINE),
+    new Date(at),
+    null,
+  ]);
+  return granted.map((row) => row.epoch);
+}
+
 /** A new schema as an older build's migration left it, at `version`. */
 async function schemaAt(version: 1 | 2 | 3): Promise<{ schema: string; q: string }> {
   const schema = postgres.uniqueSchemaName(`v${version}`);
@@ -199,7 +221,7 @@ const toldToMigrate = (error: unknown) =>
   /older than this version of slotguard.*run the migration/.test(error.message);
 
 describe('Postgres schema upgrades', () => {
-  it('brings a version-2 schema to version 4 with every row kept, and tells a version-4 build to migrate until then', async () => {
+  it('brings a version-2 schema to the current version with every row kept, and tells a new build to migrate until then', async () => {
     const { schema, q } = await schemaAt(2);
     const slots = { done: freshSlot(), running: freshSlot(), released: freshSlot(), failed: freshSlot() };
     await olderRows(q, slots);
@@ -212,12 +234,12 @@ describe('Postgres schema upgrades', () => {
     const pool = postgres.pool({ max: 3 });
     // Three replicas deploying at once: one upgrades, the others find it done.
     const results = await Promise.all([1, 2, 3].map(() => migrate(pool, { schema })));
-    expect(results.filter((r) => r.applied)).toEqual([{ schema, version: 4, applied: true }]);
+    expect(results.filter((r) => r.applied)).toEqual([{ schema, version: SCHEMA_VERSION, applied: true }]);
     expect(await migrate(pool, { schema })).toEqual({ schema, version: SCHEMA_VERSION, applied: false });
     const versions = await postgres.sql<{ version: number }>(
       `SELECT version FROM ${q}.schema_version ORDER BY version`,
     );
-    expect(versions.map((v) => v.version)).toEqual([2, 4]);
+    expect(versions.map((v) => v.version)).toEqual([2, SCHEMA_VERSION]);
 
     // The older rows, as the new build reads them: no deadline, no checkpoint, no runs without progress.
     const done = await backend.claims.read(slots.done);
@@ -273,13 +295,14 @@ describe('Postgres schema upgrades', () => {
     async (version) => {
       const upgraded = await schemaAt(version);
       await migrate(postgres.pool({ max: 1 }), { schema: upgraded.schema });
-      const fresh = await postgres.freshSchema('v4');
+      const fresh = await postgres.freshSchema(`v${SCHEMA_VERSION}`);
       const [a, b] = [await catalogOf(upgraded.schema), await catalogOf(fresh)];
       // slots 20 + 2 + 6 + 2 columns (versions 1, 2, 3, 4), effects 9 + 1 + 3 + 1, schema_version 2,
-      // shard_slots 29 (version 4: a slot row's 27 columns less the split, its key's shard).
-      expect(a.columns).toHaveLength(75);
+      // shard_slots 29 (version 4: a slot row's 27 columns less the split, its key's shard), and
+      // send_rates 3 (version 4).
+      expect(a.columns).toHaveLength(78);
       expect(a.constraints.length).toBeGreaterThanOrEqual(15);
-      expect(a.indexes.map((i) => i.indexname)).toContain('shard_slots_pkey');
+      expect(a.indexes.map((i) => i.indexname)).toEqual(expect.arrayContaining(['shard_slots_pkey', 'send_rates_pkey']));
       expect(a).toEqual(b);
       const checks = await stateChecks(fresh);
       expect(checks.map((c) => [c.conname, c.definition])).toEqual([
@@ -304,26 +327,7 @@ describe('Postgres schema upgrades', () => {
     const slot = freshSlot();
     await migrate(postgres.pool({ max: 1 }), { schema });
     const now = Date.now();
-    const claimByVersion3 = async (owner: string, at: number) =>
-      (
-        await postgres.sql<{ epoch: number }>(version3Claim(q), [
-          slot.jobId,
-          slot.window,
-          owner,
-          new Date(at),
-          60_000,
-          3,
-          new Date(at),
-          null,
-          null,
-          owner,
-          Math.ceil(WINDOW_MS / 1000) + 35 * 86_400,
-          false,
-          new Date(DEADLINE),
-          new Date(at),
-          null,
-        ])
-      ).map((granted) => granted.epoch);
+    const claimByVersion3 = (owner: string, at: number) => claimAsVersion3(q, slot, owner, at);
     // The old build's upsert still names slots' key: it grants, and a live lease still holds it off.
     expect(await claimByVersion3('old-build', now)).toEqual([1]);
     expect(await claimByVersion3('old-build-2', now + 1_000)).toEqual([]);
@@ -364,13 +368,13 @@ describe('Postgres schema upgrades', () => {
 
     expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
       schema,
-      version: 4,
+      version: SCHEMA_VERSION,
       applied: true,
     });
     const versions = await postgres.sql<{ version: number }>(
       `SELECT version FROM ${q}.schema_version ORDER BY version`,
     );
-    expect(versions.map((v) => v.version)).toEqual([1, 4]);
+    expect(versions.map((v) => v.version)).toEqual([1, SCHEMA_VERSION]);
     const kept = await backend.claims.read(slot);
     expect(kept).toMatchObject({ state: 'DONE', owner: 'old-build', epoch: 1, runsWithoutProgress: 0 });
     expect(kept?.delivery.backfilled).toBeUndefined();
@@ -380,5 +384,37 @@ describe('Postgres schema upgrades', () => {
       delivery: { backfilled: true },
       deadline: DEADLINE,
     });
+  });
+
+  it('brings a version-3 schema to version 4 with its rows kept, and the shared send rate works after', async () => {
+    const { schema, q } = await schemaAt(3);
+    const slot = freshSlot();
+    const now = Date.now();
+    expect(await claimAsVersion3(q, slot, 'old-build', now)).toEqual([1]);
+    const backend = postgres.backend(schema);
+    const store = new PostgresRateLimitStore({
+      pool: postgres.pool({ max: 1 }),
+      schema,
+      jobId: 'upgrade-job',
+    });
+    await expect(store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 })).rejects.toSatisfy(
+      (error: unknown) =>
+        error instanceof ConfigurationError &&
+        /run the migration first: slotguard postgres migrate/.test(error.message),
+    );
+
+    expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
+      schema,
+      version: SCHEMA_VERSION,
+      applied: true,
+    });
+    const versions = await postgres.sql<{ version: number }>(
+      `SELECT version FROM ${q}.schema_version ORDER BY version`,
+    );
+    expect(versions.map((v) => v.version)).toEqual([3, SCHEMA_VERSION]);
+    expect(await backend.claims.read(slot)).toMatchObject({ state: 'RUNNING', owner: 'old-build', epoch: 1 });
+    const first = await store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 });
+    const second = await store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 });
+    expect(second.start - first.start).toBeCloseTo(100, 3);
   });
 });

@@ -30,7 +30,8 @@ export { assertSchemaName, SCHEMA_NAME_PATTERN } from './postgres-settings.js';
  *    `progress`, `runs_without_progress`, `resume_after`, `key_version` on slots; effect state FAILED, and
  *    `attempts`, `retry_at`, `reason` on effects.
  * 4: windows split into shards: slot state SHARDED, `shards` and `finished_shards` on slots, the
- *    `shard_slots` table (one row per shard, each a slot of its own), and `shard` on effects.
+ *    `shard_slots` table (one row per shard, each a slot of its own), and `shard` on effects; and
+ *    `send_rates`, each job's send-rate timeline (SharedRateLimiter).
  */
 export const SCHEMA_VERSION = 4;
 
@@ -379,6 +380,7 @@ export function sqlFor(schema: string) {
   const slots = `${s}.slots`;
   const effects = `${s}.effects`;
   const shardSlots = `${s}.shard_slots`;
+  const sendRates = `${s}.send_rates`;
   const slotStates = Object.values(SlotState);
   // A shard is never itself split: SHARDED is a window's state only.
   const shardStates = slotStates.filter((state) => state !== SlotState.Sharded);
@@ -657,6 +659,29 @@ export function sqlFor(schema: string) {
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
       RETURNING epoch`,
 
+    /*
+     * Timeline of a send-rate reservation (PostgresRateLimitStore): one upsert of the job's row,
+     * which the row lock serialises against every other worker's.
+     *   first ever:  no row → INSERT next_at = now + notBefore + span              → start = now + notBefore
+     *   busy:        next_at ≥ now + notBefore → next_at = next_at + span          → start = old next_at
+     *   quiet:       next_at < now + notBefore → next_at = now + notBefore + span  → start = now + notBefore
+     * `now` is read once: the caller's clock ($2) or, when NULL, the database's, which every worker
+     * then shares; it is returned so the caller can map the start onto its own clock.
+     * $1 job, $2 caller's clock (epoch ms, fractions kept) or NULL, $3 not-before ms (relative to
+     * now), $4 span ms.
+     */
+    reserveSendRate: `
+      WITH t AS (SELECT COALESCE(to_timestamp($2::double precision / 1000), clock_timestamp()) AS now)
+      INSERT INTO ${sendRates} AS r (job_id, next_at, updated_at)
+      SELECT $1::text, t.now + ($3::double precision + $4::double precision) * interval '1 millisecond', t.now
+      FROM t
+      ON CONFLICT (job_id) DO UPDATE SET
+        next_at = GREATEST(r.next_at, EXCLUDED.updated_at + $3::double precision * interval '1 millisecond')
+          + $4::double precision * interval '1 millisecond',
+        updated_at = EXCLUDED.updated_at
+      RETURNING (extract(epoch FROM r.next_at) * 1000 - $4::double precision)::double precision AS start_ms,
+        (extract(epoch FROM r.updated_at) * 1000)::double precision AS now_ms`,
+
     /** Deletes up to $1 expired slot rows (retention passed); returns how many as `n`. */
     purgeSlots: `
       WITH doomed AS (SELECT ctid FROM ${slots} WHERE expires_at < now() LIMIT $1),
@@ -750,6 +775,12 @@ export function sqlFor(schema: string) {
       // The state CHECKs of older tables widened (versions 3 and 4: slots gains SHARDED here).
       widenStateCheck(slots, 'slots_state_check', slotStates),
       widenStateCheck(effects, 'effects_state_check', effectStates),
+      // Version 4: one row per job, the instant its next unreserved send is due.
+      `CREATE TABLE IF NOT EXISTS ${sendRates} (
+        job_id      text        PRIMARY KEY CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$'),
+        next_at     timestamptz NOT NULL,
+        updated_at  timestamptz NOT NULL
+      )`,
       `CREATE TABLE IF NOT EXISTS ${s}.schema_version (
         version     integer     PRIMARY KEY,
         applied_at  timestamptz NOT NULL DEFAULT now()
