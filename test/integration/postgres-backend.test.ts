@@ -740,7 +740,13 @@ describe('Postgres backend: schema, timeouts and operations', () => {
       'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name',
       [schema],
     );
-    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'send_rates', 'shard_slots', 'slots']);
+    expect(tables.map((t) => t.table_name)).toEqual([
+      'effects',
+      'schema_version',
+      'send_rates',
+      'shard_slots',
+      'slots',
+    ]);
   });
 
   it('migrates from the command line and prints the script for review', async () => {

@@ -302,7 +302,9 @@ describe('Postgres schema upgrades', () => {
       // send_rates 3 (version 4).
       expect(a.columns).toHaveLength(78);
       expect(a.constraints.length).toBeGreaterThanOrEqual(15);
-      expect(a.indexes.map((i) => i.indexname)).toEqual(expect.arrayContaining(['shard_slots_pkey', 'send_rates_pkey']));
+      expect(a.indexes.map((i) => i.indexname)).toEqual(
+        expect.arrayContaining(['shard_slots_pkey', 'send_rates_pkey']),
+      );
       expect(a).toEqual(b);
       const checks = await stateChecks(fresh);
       expect(checks.map((c) => [c.conname, c.definition])).toEqual([
