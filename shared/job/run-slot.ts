@@ -472,7 +472,10 @@ async function splitWindow(
     return { status: 'yielded', epoch: claim.epoch, summary, reason: 'store-error' };
   }
   const handed = await backend.claims.release(claim, { kind: 'sharded', shards }, clock.now());
-  if (handed.kind === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
+  // Still our grant, but no longer RUNNING: our mark landed (its reply was lost) and the shards may
+  // have finished the window before the retry saw it. Only a takeover fences a coordinator.
+  const ours = handed.kind === 'fenced' && handed.holder === claim.owner && handed.epoch === claim.epoch;
+  if (handed.kind === 'fenced' && !ours) return { status: 'fenced', epoch: claim.epoch, summary };
   log.info('window split: its shards run it', { window: slot.window, shards, epoch: claim.epoch });
   await recordEndedShards(args, shards, []);
   return { status: 'sharded', epoch: claim.epoch, shards };

@@ -404,6 +404,34 @@ describe('a window split into shards', () => {
     });
   });
 
+  // Finding 9: the coordinator's SHARDED mark committed, its reply was lost, and its shards finished
+  // the window before the client's retry, which found the window DONE under the coordinator's own
+  // grant: the coordinator reported itself fenced, though nobody had taken the window over.
+  it('does not report a coordinator fenced when its shards finish the window before its lost reply is retried', async () => {
+    const clock = new ManualClock(START);
+    const backend = memoryBackend({ hashKey });
+    const { send } = provider();
+    let plan: ShardPlan | undefined;
+    const lostReply = backendWith(backend, {
+      claims: {
+        release: async (claim, reason, now) => {
+          if (reason.kind !== 'sharded') return backend.claims.release(claim, reason, now);
+          await backend.claims.release(claim, reason, now);
+          for (let index = 0; plan && index < plan.shards; index++) {
+            await deliverShard(backend, clock, send, plan, index, recipients);
+          }
+          // The client's retry of the write meets the window finished.
+          return backend.claims.release(claim, reason, now);
+        },
+      },
+    });
+    const coordinator = await coordinate(lostReply, clock, async (sent) => {
+      plan = sent;
+    });
+    expect(coordinator).toMatchObject({ status: 'sharded', epoch: 1, shards: 2 });
+    expect(await backend.claims.read(SLOT)).toMatchObject({ state: SlotState.Done, epoch: 1 });
+  });
+
   it('finishes a split window whose every shard was recorded as finished but whose finish was lost', async () => {
     const clock = new ManualClock(START);
     const backend = memoryBackend({ hashKey });
