@@ -56,8 +56,8 @@ const LISTED_KEYS = 50;
  * 8. liveness: the world settles, and once the final phase has delivered the window's messages,
  *    the window is DONE or PARTIAL, FAILED after maxAttempts failed runs, or STUCK where the
  *    scenario's faults made that the protocol's own answer (see stuckProblems);
- * 9. a split window (shards): each shard is held to 2 to 8 as a slot of its own, counting the
- *    recipients it handles; the window is finished once, only when every shard has ended and is
+ * 9. a split window (shards): each shard is held to invariants 2 to 8 as a slot of its own,
+ *    counting the recipients it handles; the window is finished once, only when every shard has ended and is
  *    recorded as such, with one summary that is the whole ledger (done + in doubt + failed is every
  *    recipient, runs the shards' epochs) or STUCK naming a shard that is; a shard splitting by key
  *    hash performs only keys that hash to it, and one whose source splits itself only its range; no
@@ -183,8 +183,8 @@ function slotEnding(result: SimulationResult, slot: Slot): { ending: SlotEnding;
 }
 
 /**
- * Invariants 8 and 9 for a split window: every shard ended as a slot of its own may (DONE,
- * PARTIAL, FAILED, or STUCK for a reason the scenario gave it); the window is finished (DONE or
+ * Invariants 8 and 9 for a split window: every shard ended as a slot of its own is allowed to
+ * (DONE, PARTIAL, FAILED, or STUCK for a reason the scenario gave it); the window is finished (DONE or
  * PARTIAL when every shard completed, with the whole ledger's summary; else STUCK naming a shard
  * that is STUCK or FAILED) and lists every shard as finished.
  */
