@@ -311,6 +311,8 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     });
     // A shard found at its end (a retried message after a crash) makes sure its window heard of it.
     if (slot.shard !== undefined && isShardEnd(outcome)) await shardEnded(args, slot);
+    // A SHARDED window's message, back after its coordinator died, records the shards that ended.
+    if (outcome.kind === 'sharded') await recordEndedShards(args, outcome.shards, outcome.finished);
     return { status: 'duplicate', outcome };
   }
   const claim = outcome.claim;
@@ -465,8 +467,12 @@ async function splitWindow(args: RunSlotArgs, claim: Claim, shards: number): Pro
     return { status: 'yielded', epoch: claim.epoch, summary, reason: 'store-error' };
   }
   const handed = await backend.claims.release(claim, { kind: 'sharded', shards }, clock.now());
-  if (handed.kind === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
+  // Still our grant, but no longer RUNNING: our mark landed (its reply was lost) and the shards may
+  // have finished the window before the retry saw it. Only a takeover fences a coordinator.
+  const ours = handed.kind === 'fenced' && handed.holder === claim.owner && handed.epoch === claim.epoch;
+  if (handed.kind === 'fenced' && !ours) return { status: 'fenced', epoch: claim.epoch, summary };
   log.info('window split: its shards run it', { window: slot.window, shards, epoch: claim.epoch });
+  await recordEndedShards(args, shards, []);
   return { status: 'sharded', epoch: claim.epoch, shards };
 }
 
@@ -475,32 +481,69 @@ function isShardEnd(outcome: ClaimOutcome): boolean {
   return outcome.kind === 'done' || outcome.kind === 'stuck' || outcome.kind === 'failed';
 }
 
-/** The states in which a shard's record counts toward finishing its window. */
-const ENDED_SHARD_STATES: ReadonlySet<string> = new Set([
-  SlotState.Done,
-  SlotState.Partial,
-  SlotState.Stuck,
-  SlotState.Failed,
-]);
-
 /**
- * A shard reached its end: record it on its window, and if it was the last, finish the window:
- * STUCK when a shard is STUCK or FAILED (naming it), else DONE or PARTIAL counted from the window's
- * whole ledger, which every shard wrote to. Two shards ending at once may both get here; the store
- * lets exactly one finish the window. Idempotent: a retried shard message repeats it harmlessly.
+ * A shard reached its end: record it on its window, and if it was the last, finish the window.
+ * Idempotent: a retried shard message repeats it harmlessly. A window not SHARDED yet (its
+ * coordinator is still sending) refuses the record; the coordinator makes up for it.
  */
 async function shardEnded(args: RunSlotArgs, shardSlot: Slot): Promise<void> {
-  const { backend, clock, metrics, log } = args;
   const window = windowSlot(shardSlot);
-  const shard = shardSlot.shard ?? 0;
-  const sharded = await backend.claims.shardFinished(window, shard);
-  if (!sharded || sharded.finished.length < sharded.shards) return;
+  const sharded = await args.backend.claims.shardFinished(window, shardSlot.shard ?? 0);
+  if (sharded && sharded.finished.length >= sharded.shards) await finishSplitWindow(args, sharded.shards);
+}
+
+/**
+ * Records on a SHARDED window the end of every shard whose record says it ended but which is not
+ * listed as finished, and finishes the window when none is left. A shard that ended before its
+ * window was SHARDED (it ran while its coordinator was still sending the other messages, or before
+ * a takeover's coordinator had marked it) could not record itself, and its message is gone: its
+ * record was written before the SHARDED mark, so a read after the mark finds it, and a shard that
+ * ends later records itself. Run by the coordinator once it has marked the window, and by any
+ * later delivery of the window that finds it SHARDED (the coordinator may have died in between).
+ */
+async function recordEndedShards(
+  args: RunSlotArgs,
+  shards: number,
+  finished: readonly number[],
+): Promise<void> {
+  const { backend, slot } = args;
+  const unrecorded = Array.from({ length: shards }, (_, index) => index).filter((i) => !finished.includes(i));
+  const records = await Promise.all(unrecorded.map((shard) => backend.claims.read({ ...slot, shard })));
+  let listed = finished.length;
+  for (const [i, record] of records.entries()) {
+    if (!isShardEndState(record?.state)) continue;
+    const sharded = await backend.claims.shardFinished(slot, unrecorded[i] ?? 0);
+    // Finished meanwhile (or reopened): nothing of this window is left to record.
+    if (!sharded) return;
+    listed = sharded.finished.length;
+  }
+  if (listed >= shards) await finishSplitWindow(args, shards);
+}
+
+/** A shard record's state that says the shard has reached its end. */
+function isShardEndState(state: SlotState | undefined): boolean {
+  return (
+    state === SlotState.Done ||
+    state === SlotState.Partial ||
+    state === SlotState.Stuck ||
+    state === SlotState.Failed
+  );
+}
+
+/**
+ * Finishes a window every shard of which has ended: STUCK when a shard is STUCK or FAILED (naming
+ * it), else DONE or PARTIAL counted from the window's whole ledger, which every shard wrote to. Two
+ * shards ending at once may both get here; the store lets exactly one finish the window.
+ */
+async function finishSplitWindow(args: RunSlotArgs, shards: number): Promise<void> {
+  const { backend, clock, metrics, log } = args;
+  const window = windowSlot(args.slot);
   const records = await Promise.all(
-    Array.from({ length: sharded.shards }, (_, index) => backend.claims.read({ ...window, shard: index })),
+    Array.from({ length: shards }, (_, index) => backend.claims.read({ ...window, shard: index })),
   );
   // The set says every shard ended once; the records must say so now. A shard given back since
   // (RELEASED) or running again is not finished: its own end adds it to the set again and retries this.
-  const reopened = records.findIndex((r) => r != null && !ENDED_SHARD_STATES.has(r.state));
+  const reopened = records.findIndex((r) => r != null && !isShardEndState(r.state));
   if (reopened >= 0) {
     log.info('every shard reported in, but one is running again: the window waits for it', {
       window: window.window,
@@ -516,7 +559,7 @@ async function shardEnded(args: RunSlotArgs, shardSlot: Slot): Promise<void> {
     unfinished >= 0
       ? {
           kind: 'stuck',
-          reason: `shard ${unfinished} of ${sharded.shards} ended ${records[unfinished]?.state ?? 'without a record'}: ${
+          reason: `shard ${unfinished} of ${shards} ended ${records[unfinished]?.state ?? 'without a record'}: ${
             records[unfinished]?.lastError ?? ''
           }`,
         }

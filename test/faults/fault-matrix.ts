@@ -13,13 +13,15 @@ import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
 import { type SmtpSink, startSmtpSink } from '../../local/smtp-sink.js';
 import type { Clock } from '../../shared/clock.js';
+import type { WorkQueue } from '../../shared/continuation/work-queue.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
+import { shardOfKeyHash } from '../../shared/effects/resumable-source.js';
 import { smtpSender } from '../../shared/effects/smtp-email-sender.js';
-import type { HandlerResponse } from '../../shared/job/lambda-handler.js';
+import { createJobHandler, type HandlerResponse } from '../../shared/job/lambda-handler.js';
 import type { SlotBackend } from '../../shared/job/run-slot.js';
-import { type EffectRecord, EffectState, type RunSummary } from '../../shared/slot/ports.js';
+import { type EffectRecord, EffectState, type RunSummary, SlotState } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
-import { EmfRecorder, schedulerEvent, TEST_SECRET, testHandler } from '../helpers/harness.js';
+import { EmfRecorder, RecordingLog, schedulerEvent, TEST_SECRET, testHandler } from '../helpers/harness.js';
 import {
   CrashPoint,
   type Replica,
@@ -27,6 +29,7 @@ import {
   type ReplicaOptions,
   type ReplicaStore,
   type RssSample,
+  shardWorkerOptions,
   startReplica,
 } from '../helpers/replica-process.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
@@ -140,6 +143,28 @@ function receipts(sink: SmtpSink, emails: readonly string[]) {
   return { none, once, more };
 }
 
+/**
+ * The ledger against the sink once the window is over: each done recipient got exactly one email,
+ * each in-doubt one at most one, nobody two, the sink holds nothing else, and not done = in doubt +
+ * failed (as the run or window `summary` reports them), exactly.
+ */
+function assertAgainstSink(
+  sink: SmtpSink,
+  tally: LedgerTally,
+  total: number,
+  summary: { readonly inDoubt: number; readonly failed: number },
+) {
+  const done = tally.emailsOf(EffectState.Done);
+  const inDoubt = tally.emailsOf(EffectState.Reserved);
+  expect(receipts(sink, done)).toEqual({ none: 0, once: done.length, more: 0 });
+  const doubtful = receipts(sink, inDoubt);
+  expect(doubtful.more).toBe(0);
+  expect(sink.duplicates()).toBe(0);
+  expect(sink.total()).toBe(done.length + doubtful.once);
+  expect(total - done.length).toBe(summary.inDoubt + summary.failed);
+  return { done, inDoubt, doubtful };
+}
+
 function sinkLine(sink: SmtpSink): string {
   return `sink ${sink.total()} emails to ${sink.received.size} recipients, ${sink.duplicates()} twice`;
 }
@@ -194,8 +219,11 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
       replicas.push(started);
       return started;
     };
-    /** Runs the weekly report in this process, as the replica that takes over. */
-    const survivor = async (name: string, clock: Clock) => {
+    /**
+     * Runs the weekly report in this process, as the replica that takes over: a Scheduler retry of
+     * the window, or `message` (a shard's message delivered again).
+     */
+    const survivor = async (name: string, clock: Clock, message?: Record<string, unknown>) => {
       const smtp = smtpSender({ host: sink.host, port: sink.port });
       const emf = new EmfRecorder();
       const { handler } = testHandler(
@@ -204,14 +232,43 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
         { clock, emf },
       );
       try {
-        const result = await handler(schedulerEvent(JOB, window, 2, `exec-${name}`), invocation(name));
+        const event = message ?? schedulerEvent(JOB, window, 2, `exec-${name}`);
+        const result = await handler(event, invocation(name));
         return { result, takeovers: emf.sum('LeaseTakeover') };
       } finally {
         smtp.close();
       }
     };
+    /**
+     * Fires the window in this process at a job split into `shards`: its coordinator's fan-out is
+     * kept, one message body per shard, as the work queue would carry them to the shard workers.
+     */
+    const coordinator = async (shards: number) => {
+      const bodies: string[] = [];
+      const queue: WorkQueue = {
+        send: async (body) => {
+          bodies.push(body);
+        },
+        changeVisibility: async () => 'changed',
+      };
+      const handler = createJobHandler(
+        weeklyReportJob({
+          customers: () => syntheticCustomers(total),
+          sender: { send: () => Promise.reject(new Error('a coordinator emails nobody')) },
+        }),
+        {
+          backend: store.backend,
+          metrics: () => ({ count() {}, flush: async () => {} }),
+          log: new RecordingLog(),
+          options: { leaseMs: LEASE_MS, shards },
+          workQueue: queue,
+        },
+      );
+      const result = await handler(schedulerEvent(JOB, window), invocation('coordinator'));
+      return { result, bodies };
+    };
     const ledger = () => LedgerTally.read(store.backend, slot, emails);
-    return { store, sink, emails, window, slot, replica, survivor, ledger };
+    return { store, sink, emails, window, slot, replica, survivor, coordinator, ledger };
   }
 
   /**
@@ -243,15 +300,7 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
       done: tally.count(EffectState.Done, 2),
       failed: 0,
     });
-    const done = tally.emailsOf(EffectState.Done);
-    const inDoubt = tally.emailsOf(EffectState.Reserved);
-    expect(receipts(sink, done)).toEqual({ none: 0, once: done.length, more: 0 });
-    const doubtful = receipts(sink, inDoubt);
-    expect(doubtful.more).toBe(0);
-    expect(sink.duplicates()).toBe(0);
-    expect(sink.total()).toBe(done.length + doubtful.once);
-    // Not done = in doubt + failed, exactly.
-    expect(total - done.length).toBe(summary.inDoubt + summary.failed);
+    const { doubtful } = assertAgainstSink(sink, tally, total, summary);
     return { summary, tally, doubtful };
   }
 
@@ -500,6 +549,108 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
         `${tag} 7 clock skew ±2 min: slow clock first: ${slowFirst.takeovers} takeover(s), slow ${describeRun(slowFirst.a)}, ` +
           `fast ${describeRun(slowFirst.b)}, ${slowFirst.sink}; fast clock first: ${fastFirst.takeovers} takeover(s), ` +
           `fast ${describeRun(fastFirst.a)}, slow ${describeRun(fastFirst.b)}, ${fastFirst.sink}`,
+      );
+    });
+
+    it('takes over the shard of one of eight shard workers killed mid-run: the window finishes once, nobody is emailed twice, and not done = in doubt + failed', async () => {
+      const total = 800;
+      const shards = 8;
+      const killed = 5;
+      const scenario = await setUp(total);
+      const { store, sink, slot } = scenario;
+      const coordinated = await scenario.coordinator(shards);
+      expect(coordinated.result).toMatchObject({ status: 'sharded', epoch: 1, shards });
+      expect(coordinated.bodies).toHaveLength(shards);
+
+      // Eight workers at once, each a process running its shard's message; one dies (SIGKILL)
+      // right after its 30th email was accepted, before that email's done mark.
+      const workers = coordinated.bodies.map((body, shard) => {
+        const worker = shardWorkerOptions(body);
+        return scenario.replica(worker.name ?? `shard-${shard}`, {
+          ...worker,
+          ...(shard === killed ? { crash: { point: CrashPoint.AfterSend, at: 30 } } : {}),
+        });
+      });
+      const exits = await Promise.all(workers.map((worker) => worker.exited));
+      const dead = exits[killed];
+      expect(dead?.signal).toBe('SIGKILL');
+      expect(dead?.crash).toMatchObject({ point: CrashPoint.AfterSend, n: 30 });
+      for (const [shard, exit] of exits.entries()) {
+        if (shard !== killed)
+          expect(exit.result, `shard ${shard}`).toMatchObject({ status: 'completed', epoch: 1 });
+      }
+      const others = Array.from({ length: shards }, (_, shard) => shard).filter((shard) => shard !== killed);
+      // The window waits for the dead worker's shard: seven of eight recorded as finished.
+      expect(await store.backend.claims.read(slot)).toMatchObject({
+        state: SlotState.Sharded,
+        shards,
+        finishedShards: others,
+      });
+      expect(sink.duplicates()).toBe(0);
+
+      // The dead worker's message comes back after its lease: a takeover of that shard alone.
+      const deadShard: Slot = { ...slot, shard: killed };
+      const clock = await store.expireLease(deadShard, 0);
+      const message = JSON.parse(coordinated.bodies[killed] ?? '{}') as Record<string, unknown>;
+      const survivor = await scenario.survivor('survivor', clock, message);
+      const taken = summaryOf(survivor.result, 'completed', 2);
+      expect(survivor.takeovers).toBe(1);
+
+      const window = await store.backend.claims.read(slot);
+      expect(window).toMatchObject({
+        state: SlotState.Done,
+        finishedShards: Array.from({ length: shards }, (_, shard) => shard),
+      });
+      const shardRecords = await Promise.all(
+        Array.from({ length: shards }, (_, shard) => store.backend.claims.read({ ...slot, shard })),
+      );
+      expect(shardRecords.map((r) => `${r?.state} ${r?.epoch}`)).toEqual(
+        shardRecords.map((_, shard) => `DONE ${shard === killed ? 2 : 1}`),
+      );
+      const summary = window?.summary;
+      // One summary for the window: the whole ledger, every shard's runs.
+      const tally = await scenario.ledger();
+      expect(tally.records).toHaveLength(total);
+      expect(tally.records.filter((r) => r.shard !== shardOfKeyHash(r.keyHash, shards))).toEqual([]);
+      expect(summary).toMatchObject({
+        done: tally.count(EffectState.Done),
+        inDoubt: tally.count(EffectState.Reserved),
+        failed: 0,
+        runs: shards + 1,
+      });
+      // The email the worker died over was sent and never marked: in doubt, and received once.
+      const { done, inDoubt, doubtful } = assertAgainstSink(sink, tally, total, {
+        inDoubt: summary?.inDoubt ?? Number.NaN,
+        failed: summary?.failed ?? Number.NaN,
+      });
+      expect(inDoubt).toContain(dead?.crash?.email);
+      expect(taken.inDoubt).toBe(inDoubt.length);
+
+      // Finished once: every shard's message again, and a late Scheduler retry, stand down and
+      // leave the window's record as it is.
+      const repeats = await Promise.all(
+        coordinated.bodies.map((body, shard) =>
+          scenario.survivor(`repeat-${shard}`, clock, JSON.parse(body) as Record<string, unknown>),
+        ),
+      );
+      const late = await scenario.survivor('late-retry', clock);
+      for (const repeat of [...repeats, late]) {
+        expect(repeat.result).toMatchObject({
+          status: 'duplicate',
+          outcome: { kind: 'done', state: 'DONE' },
+        });
+      }
+      expect(await store.backend.claims.read(slot)).toEqual(window);
+      expect(sink.total()).toBe(done.length + doubtful.once);
+      console.info(
+        `${tag} 9 one of ${shards} shard workers killed after its 30th email: the others ${exits
+          .filter((_, shard) => shard !== killed)
+          .map((exit) => (exit.result && 'summary' in exit.result ? exit.result.summary.done : '?'))
+          .join(
+            '/',
+          )} done; survivor took shard ${killed} over at epoch 2: ${summaryLine(taken)}; window DONE once ` +
+          `(done ${summary?.done}, in doubt ${summary?.inDoubt}: ${doubtful.once} got one email, ${doubtful.none} none; ` +
+          `runs ${summary?.runs}); ${sinkLine(sink)}`,
       );
     });
 

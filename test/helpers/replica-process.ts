@@ -5,7 +5,9 @@
  *
  * Run as a script (`node --import tsx test/helpers/replica-process.ts`), it fires one window of the
  * weekly report against the store it is given, with its own clock (the system clock plus a skew),
- * and emails every customer over real SMTP. What it does is written to stdout, one line each:
+ * and emails every customer over real SMTP; or, given a work-queue message (MESSAGE: one shard's,
+ * as the window's coordinator sent it), runs that message as a shard worker does, emailing the
+ * customers whose key hashes to its shard. What it does is written to stdout, one line each:
  *
  *   ready                        started; with START=stdin it now waits for a line on stdin
  *   claim <json>                 the claim's outcome: { kind, epoch, via }
@@ -99,6 +101,27 @@ export interface ReplicaOptions {
    * @default none
    */
   readonly nodeFlags?: readonly string[];
+  /**
+   * The message to run instead of the schedule's event: a shard's message as the window's
+   * coordinator sent it to the work queue (`{ …event, continuation, shard, shards, deadline }`),
+   * which makes the replica that shard's worker. See shardWorkerOptions.
+   * @default the schedule's event for `window`
+   */
+  readonly message?: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The options of a replica that works one shard of a split window: the message its coordinator
+ * sent for that shard (a JSON body, as the work queue carries it), named after the shard.
+ */
+export function shardWorkerOptions(body: string): Pick<ReplicaOptions, 'message' | 'name'> {
+  const message = JSON.parse(body) as Record<string, unknown>;
+  if (typeof message.shard !== 'number' || typeof message.shards !== 'number') {
+    throw new Error(
+      `shardWorkerOptions: ${body.slice(0, 200)} is not a shard's message (no shard and shards)`,
+    );
+  }
+  return { message, name: `shard-${message.shard}-of-${message.shards}` };
 }
 
 /** The child's environment for `options`: the contract, spelled out. */
@@ -123,6 +146,7 @@ export function replicaEnv(options: ReplicaOptions): Record<string, string> {
     START: options.waitForGo ? 'stdin' : 'now',
     SENT_LINES: options.reportEachSend === false ? 'none' : 'each',
     RSS_EVERY: String(options.rssEvery ?? 0),
+    MESSAGE: options.message ? JSON.stringify(options.message) : 'schedule',
   };
 }
 
@@ -387,7 +411,8 @@ async function runReplica(): Promise<void> {
 
   write('ready');
   if (env.waitForGo) await lineOnStdin();
-  const result = await handler(schedulerEvent('weekly-report', env.window, env.attempt, `exec-${env.name}`), {
+  const event = env.message ?? schedulerEvent('weekly-report', env.window, env.attempt, `exec-${env.name}`);
+  const result = await handler(event, {
     awsRequestId: env.name,
     getRemainingTimeInMillis: () => 900_000,
   });
@@ -418,6 +443,8 @@ interface ReplicaConfig {
   readonly waitForGo: boolean;
   readonly reportEachSend: boolean;
   readonly rssEvery: number;
+  /** A work-queue message to run instead of the schedule's event. */
+  readonly message: Record<string, unknown> | undefined;
 }
 
 function readEnv(env: NodeJS.ProcessEnv): ReplicaConfig {
@@ -462,7 +489,20 @@ function readEnv(env: NodeJS.ProcessEnv): ReplicaConfig {
     waitForGo: text('START', 'now') === 'stdin',
     reportEachSend: text('SENT_LINES', 'each') !== 'none',
     rssEvery: number('RSS_EVERY', 0),
+    message: readMessage(text('MESSAGE', 'schedule')),
   };
+}
+
+/** MESSAGE: `schedule` (fire the window), or a work-queue message's JSON body to run. */
+function readMessage(text: string): Record<string, unknown> | undefined {
+  if (text === 'schedule') return undefined;
+  try {
+    return JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    throw new Error(
+      `replica-process: MESSAGE is ${text.slice(0, 80)}; use 'schedule' or a message's JSON body`,
+    );
+  }
 }
 
 /** The backend the child runs on, with the store faults it was asked for, and how to let it go. */

@@ -1,11 +1,13 @@
 import { describe, expect, it } from 'vitest';
+import type { MemoryBackend } from '../../shared/backends/memory/memory-backend.js';
 import {
   type ConditionalWrite,
   MemoryTable,
   type SlotItem,
   type WriteResult,
 } from '../../shared/backends/memory/memory-table.js';
-import type { Checkpoint, EffectRecord } from '../../shared/slot/ports.js';
+import { reserveOutcomeOfConflict } from '../../shared/slot/conflict-outcomes.js';
+import type { Checkpoint, EffectLedger, EffectRecord, ReserveOutcome } from '../../shared/slot/ports.js';
 import { EffectState, SlotState } from '../../shared/slot/ports.js';
 import { checkSimulation } from './run-simulation.js';
 import type { WorldVariant } from './simulation.js';
@@ -40,6 +42,25 @@ async function counterexample(variant: WorldVariant): Promise<string> {
   return report.failure ?? '';
 }
 
+/** A world whose ledger reserves as it does, then makes of the outcome what `after` says. */
+function afterReserve(
+  after: (
+    outcome: ReserveOutcome,
+    backend: MemoryBackend,
+    ...args: Parameters<EffectLedger['reserve']>
+  ) => Promise<ReserveOutcome> | ReserveOutcome,
+): WorldVariant {
+  return {
+    backend: (backend) =>
+      backendWith(backend, {
+        ledger: {
+          reserve: async (claim, keyHash, options) =>
+            after(await backend.ledger.reserve(claim, keyHash, options), backend, claim, keyHash, options),
+        },
+      }),
+  };
+}
+
 /** A table that swaps the condition of some slot writes before applying them. */
 function tableWithCondition(
   operations: readonly ConditionalWrite<SlotItem>['operation'][],
@@ -72,38 +93,22 @@ describe('the simulation catches a broken protocol', () => {
   });
 
   it('catches an effect in doubt reported as skipped', async () => {
-    const failure = await counterexample({
-      backend: (backend) =>
-        backendWith(backend, {
-          ledger: {
-            reserve: async (claim, keyHash, options) => {
-              const outcome = await backend.ledger.reserve(claim, keyHash, options);
-              return outcome.kind === 'in-doubt' ? { kind: 'done' } : outcome;
-            },
-          },
-        }),
-    });
+    const failure = await counterexample(
+      afterReserve((outcome) => (outcome.kind === 'in-doubt' ? { kind: 'done' } : outcome)),
+    );
     expect(failure).toMatch(/reports \d+ effects skipped as done, but only \d+ are done on record/);
   });
 
   it('catches an effect marked done before it was sent', async () => {
     // A write-ahead mark: the ledger says done before the provider was asked, so a refused or lost
     // send is reported as done (and a later run skips it).
-    const failure = await counterexample({
-      backend: (backend) =>
-        backendWith(backend, {
-          ledger: {
-            reserve: async (claim, keyHash, options) => {
-              const outcome = await backend.ledger.reserve(claim, keyHash, options);
-              if (outcome.kind === 'reserved') await backend.ledger.markDone(claim, [keyHash]);
-              return outcome;
-            },
-          },
-        }),
-    });
-    expect(failure).toMatch(
-      /is marked done .* but was delivered 0 times|got nothing, yet the window summary/,
+    const failure = await counterexample(
+      afterReserve(async (outcome, backend, claim, keyHash) => {
+        if (outcome.kind === 'reserved') await backend.ledger.markDone(claim, [keyHash]);
+        return outcome;
+      }),
     );
+    expect(failure).toMatch(/is marked done .* but was delivered 0 times|got nothing, yet the summary of/);
   });
 
   it('catches an epoch granted twice when a slot record is reaped before its window is over', async () => {
@@ -127,10 +132,12 @@ describe('the simulation catches a broken protocol', () => {
 
   it('catches a stale holder’s write accepted when renew, complete and release check only the state', async () => {
     const failure = await counterexample({
-      table: tableWithCondition(['renew', 'complete', 'release'], () => ({
-        expression: '#state = :running',
-        holds: (item) => item?.state === SlotState.Running,
-      })),
+      // A holder's writes only: a split window's finish has no holder, and its own condition.
+      table: tableWithCondition(['renew', 'complete', 'release'], (write) =>
+        write.by
+          ? { expression: '#state = :running', holds: (item) => item?.state === SlotState.Running }
+          : write.condition,
+      ),
     });
     expect(failure).toMatch(/by stale owner .* was accepted on slot/);
   });
@@ -167,7 +174,9 @@ describe('the simulation catches a broken continuation', () => {
           },
         }),
     });
-    expect(failure).toMatch(/the checkpoint \(position \d+, .*\) passes .* which has no outcome on record/);
+    expect(failure).toMatch(
+      /the checkpoint of .* \(position \d+, .*\) passes .* which has no outcome on record/,
+    );
   });
 
   it('catches a continuation that skips a recipient its checkpoint did not cover', async () => {
@@ -188,7 +197,7 @@ describe('the simulation catches a broken continuation', () => {
         }),
     });
     expect(failure).toMatch(
-      /had no outcome on record when .* completed the window|accounts for \d+ of \d+ recipients/,
+      /had no outcome on record when .* completed (the window|shard \d+)|accounts for \d+ of \d+ recipients/,
     );
   });
 
@@ -218,7 +227,7 @@ describe('the simulation catches a broken continuation', () => {
         }),
     });
     expect(failure).toMatch(
-      /completed the window while .* refusal waited for its retry, before the deadline/,
+      /completed (the window|shard \d+) while .* refusal waited for its retry, before the deadline/,
     );
   });
 });
@@ -234,6 +243,53 @@ async function* asFinal(records: AsyncIterable<EffectRecord>): AsyncIterable<Eff
     yield final;
   }
 }
+
+describe('the simulation catches a broken split window', () => {
+  it('catches a split window finished twice when its finish does not check that it is SHARDED', async () => {
+    // finishSharded unconditioned: of two shards ending together, both finish the window.
+    const failure = await counterexample({
+      table: tableWithCondition(['complete'], (write) => (write.by ? write.condition : undefined)),
+    });
+    expect(failure).toMatch(/completed 2 times|rewrote slot .* after it was (DONE|PARTIAL|STUCK)/);
+  });
+
+  it('catches a split window never finished when a shard’s end overwrites the set of finished shards', async () => {
+    // shardFinished replaces the set with the one shard instead of adding it: the set never fills.
+    const failure = await counterexample({
+      table: () =>
+        new (class extends MemoryTable {
+          override updateSlot(write: ConditionalWrite<SlotItem>): WriteResult<SlotItem> {
+            if (write.operation !== 'shardFinished') return super.updateSlot(write);
+            return super.updateSlot({
+              ...write,
+              write: (item) => {
+                const added = write.write(item && { ...item, finishedShards: [] });
+                return item && added ? { ...item, finishedShards: added.finishedShards ?? [] } : added;
+              },
+            });
+          }
+        })(),
+    });
+    expect(failure).toMatch(/the window is SHARDED with \d+ of \d+ shards recorded as finished/);
+  });
+
+  it('catches a shard fenced by another shard’s epoch when the ledger ignores the shard comparing epochs', async () => {
+    // Another shard's record judged as if it were this shard's own: a later epoch of another shard
+    // looks like a takeover of this one.
+    const failure = await counterexample(
+      afterReserve(async (outcome, backend, claim, keyHash, options) => {
+        if (outcome.kind !== 'elsewhere') return outcome;
+        const current = await backend.ledger.read(claim.slot, keyHash);
+        if (!current) return outcome;
+        const judged = reserveOutcomeOfConflict({ ...current, shard: claim.slot.shard }, claim, options);
+        return judged.kind === 'retry' || judged.kind === 'take-over' ? outcome : judged;
+      }),
+    );
+    expect(failure).toMatch(
+      /counts r\d@example\.test (in doubt|failed), whose record is shard \d+'s|reports shard \d+ fenced at epoch \d+, yet no later epoch of it was granted/,
+    );
+  });
+});
 
 describe('a counterexample', () => {
   it('replays exactly from the seed and path fast-check printed', async () => {

@@ -6,7 +6,14 @@ import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { resumableSource } from '../../shared/effects/resumable-source.js';
 import { EffectNotPerformedError, NotPerformedReason, StoreError } from '../../shared/errors.js';
 import { defineJob } from '../../shared/job/job-definition.js';
-import { type RunOptions, type RunResult, runSlot, type SlotBackend } from '../../shared/job/run-slot.js';
+import {
+  type RunOptions,
+  type RunResult,
+  runSlot,
+  type ShardAssignment,
+  type ShardPlan,
+  type SlotBackend,
+} from '../../shared/job/run-slot.js';
 import { EffectState, SlotState } from '../../shared/slot/ports.js';
 import type { Log } from '../../shared/telemetry/log.js';
 import type { JobMetrics } from '../../shared/telemetry/metrics.js';
@@ -33,7 +40,11 @@ const silentLog: Log = { info() {}, warn() {}, error() {} };
 /** What the job sends to one recipient: resolves when sent, throws when not. */
 type Send = (to: string, signal: AbortSignal) => Promise<void>;
 
-/** One delivery of the window: the job walks `recipients` (a resumable source with `resumable`) and sends. */
+/**
+ * One delivery of the window: the job walks `recipients` (a resumable source with `resumable`) and
+ * sends. With `shard`, a shard's message (the job keeps to the shard's keys); with `fanOut`, the
+ * window's delivery to a coordinator that sends its shards' messages through it.
+ */
 function deliver(
   backend: SlotBackend,
   clock: Clock,
@@ -43,6 +54,8 @@ function deliver(
     resumable?: boolean;
     remainingTimeMs?: () => number;
     options?: RunOptions;
+    shard?: ShardAssignment;
+    fanOut?: (plan: ShardPlan) => Promise<void>;
   } = {},
 ): Promise<RunResult> {
   const recipients = options.recipients ?? ['r0@example.test'];
@@ -63,9 +76,13 @@ function deliver(
     metrics: silentMetrics,
     log: silentLog,
     slot: SLOT,
-    delivery: { invocationId: 'finding' },
+    delivery: options.shard
+      ? { invocationId: `shard-${options.shard.index}`, continuation: true }
+      : { invocationId: 'finding' },
     options: options.options ?? OPTIONS,
     ...(options.remainingTimeMs ? { remainingTimeMs: options.remainingTimeMs } : {}),
+    ...(options.shard ? { shard: options.shard } : {}),
+    ...(options.fanOut ? { fanOut: options.fanOut } : {}),
   });
 }
 
@@ -305,6 +322,143 @@ describe('a window continued across runs', () => {
     const third = await deliver(backend, clock, send, { recipients, resumable: true });
     expect(third).toMatchObject({ status: 'completed', state: 'DONE', window: { done: 2, failed: 0 } });
     expect(sent).toEqual(['r0@example.test', 'r1@example.test']);
+  });
+});
+
+describe('a window split into shards', () => {
+  const recipients = ['r0@example.test', 'r1@example.test', 'r2@example.test', 'r3@example.test'];
+  /** A delivery of the window's message, to a coordinator splitting it in two. */
+  const coordinate = (backend: SlotBackend, clock: Clock, fanOut: (plan: ShardPlan) => Promise<void>) =>
+    deliver(backend, clock, () => Promise.reject(new Error('a coordinator sends nothing')), {
+      options: { ...OPTIONS, shards: 2 },
+      fanOut,
+    });
+  /** Shard `index`'s message, run to its end: the list kept to the shard's keys by their hash. */
+  const deliverShard = (
+    backend: SlotBackend,
+    clock: Clock,
+    send: Send,
+    plan: ShardPlan,
+    index: number,
+    list: readonly string[],
+  ) =>
+    deliver(backend, clock, send, {
+      recipients: list,
+      shard: { index, count: plan.shards, deadline: plan.deadline },
+    });
+
+  // Finding 8: a shard that ended while its coordinator was still sending the other shards'
+  // messages found its window not yet SHARDED, so its end was never recorded; its message was
+  // deleted, and the window stayed SHARDED for good, every recipient emailed and nobody to finish it.
+  it('finishes a window whose shards all ended before its coordinator marked it SHARDED', async () => {
+    const clock = new ManualClock(START);
+    const backend = memoryBackend({ hashKey });
+    const { send, sent } = provider();
+    const shardRuns: RunResult[] = [];
+    const coordinator = await coordinate(backend, clock, async (plan) => {
+      for (let index = 0; index < plan.shards; index++) {
+        shardRuns.push(await deliverShard(backend, clock, send, plan, index, recipients));
+      }
+    });
+    expect(coordinator).toMatchObject({ status: 'sharded', shards: 2 });
+    expect(shardRuns).toMatchObject([{ status: 'completed' }, { status: 'completed' }]);
+    expect(await backend.claims.read(SLOT)).toMatchObject({
+      state: SlotState.Done,
+      finishedShards: [0, 1],
+      summary: { done: 4, inDoubt: 0, failed: 0, runs: 2 },
+    });
+    expect([...sent].sort()).toEqual(recipients);
+  });
+
+  it('finishes a split window at the next delivery of its message when its coordinator died after marking it SHARDED', async () => {
+    const clock = new ManualClock(START);
+    const backend = memoryBackend({ hashKey });
+    const { send } = provider();
+    // The coordinator's process dies once the window is SHARDED: its reads of the shards never answer.
+    const dying = backendWith(backend, {
+      claims: {
+        read: (slot) =>
+          slot.shard === undefined
+            ? backend.claims.read(slot)
+            : Promise.reject(new StoreError('read', 'the process died')),
+      },
+    });
+    await expect(
+      coordinate(dying, clock, async (plan) => {
+        for (let index = 0; index < plan.shards; index++) {
+          await deliverShard(backend, clock, send, plan, index, recipients);
+        }
+      }),
+    ).rejects.toThrow(StoreError);
+    expect(await backend.claims.read(SLOT)).toMatchObject({ state: SlotState.Sharded, finishedShards: [] });
+
+    // Its message comes back (it answered nothing): the delivery finds the window SHARDED.
+    const again = await coordinate(backend, clock, async () => {
+      throw new Error('a SHARDED window is not split again');
+    });
+    expect(again).toMatchObject({ status: 'duplicate', outcome: { kind: 'sharded', shards: 2 } });
+    expect(await backend.claims.read(SLOT)).toMatchObject({
+      state: SlotState.Done,
+      finishedShards: [0, 1],
+      summary: { done: 4, inDoubt: 0, failed: 0, runs: 2 },
+    });
+  });
+
+  // Finding 9: the coordinator's SHARDED mark committed, its reply was lost, and its shards finished
+  // the window before the client's retry, which found the window DONE under the coordinator's own
+  // grant: the coordinator reported itself fenced, though nobody had taken the window over.
+  it('does not report a coordinator fenced when its shards finish the window before its lost reply is retried', async () => {
+    const clock = new ManualClock(START);
+    const backend = memoryBackend({ hashKey });
+    const { send } = provider();
+    let plan: ShardPlan | undefined;
+    const lostReply = backendWith(backend, {
+      claims: {
+        release: async (claim, reason, now) => {
+          if (reason.kind !== 'sharded') return backend.claims.release(claim, reason, now);
+          await backend.claims.release(claim, reason, now);
+          for (let index = 0; plan && index < plan.shards; index++) {
+            await deliverShard(backend, clock, send, plan, index, recipients);
+          }
+          // The client's retry of the write meets the window finished.
+          return backend.claims.release(claim, reason, now);
+        },
+      },
+    });
+    const coordinator = await coordinate(lostReply, clock, async (sent) => {
+      plan = sent;
+    });
+    expect(coordinator).toMatchObject({ status: 'sharded', epoch: 1, shards: 2 });
+    expect(await backend.claims.read(SLOT)).toMatchObject({ state: SlotState.Done, epoch: 1 });
+  });
+
+  it('finishes a split window whose every shard was recorded as finished but whose finish was lost', async () => {
+    const clock = new ManualClock(START);
+    const backend = memoryBackend({ hashKey });
+    const { send } = provider();
+    const losing = backendWith(backend, {
+      claims: { finishSharded: () => Promise.reject(new StoreError('finishSharded', 'no reply')) },
+    });
+    await expect(
+      coordinate(losing, clock, async (plan) => {
+        for (let index = 0; index < plan.shards; index++) {
+          await deliverShard(backend, clock, send, plan, index, recipients);
+        }
+      }),
+    ).rejects.toThrow(StoreError);
+    expect(await backend.claims.read(SLOT)).toMatchObject({
+      state: SlotState.Sharded,
+      finishedShards: [0, 1],
+    });
+
+    const again = await coordinate(backend, clock, async () => {
+      throw new Error('a SHARDED window is not split again');
+    });
+    expect(again).toMatchObject({ status: 'duplicate', outcome: { kind: 'sharded', finished: [0, 1] } });
+    expect(await backend.claims.read(SLOT)).toMatchObject({
+      state: SlotState.Done,
+      summary: { done: 4, inDoubt: 0, failed: 0, runs: 2 },
+    });
   });
 });
 

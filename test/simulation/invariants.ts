@@ -1,15 +1,17 @@
 import type { EffectItem, SlotItem } from '../../shared/backends/memory/memory-table.js';
+import { shardOfKeyHash } from '../../shared/effects/resumable-source.js';
 import { StoreError } from '../../shared/errors.js';
 import type { Checkpoint, WindowSummary } from '../../shared/slot/ports.js';
 import { EffectState, SlotState } from '../../shared/slot/ports.js';
+import type { Slot } from '../../shared/slot/slot.js';
 import { deadlineOf, MAX_RUNS_WITHOUT_PROGRESS, MAX_SKEW_MS, SAFETY_MARGIN_MS, START } from './scenario.js';
 import type { SimActor } from './sim-actor.js';
 import { describeResult } from './sim-actor.js';
 import { FINAL_DELIVERIES, type SimulationResult } from './simulation.js';
-import { SLOT } from './store-watch.js';
+import { isTerminal, ownsRecipient, runSlots, SLOT, slotLabel, slotOf } from './store-watch.js';
 
-/** How a window ended, after the final phase. */
-export type Ending =
+/** How a slot ended, after the final phase. */
+type SlotEnding =
   | 'DONE'
   | 'PARTIAL'
   | 'FAILED'
@@ -17,6 +19,9 @@ export type Ending =
   | 'STUCK (no progress)'
   | 'STUCK (provider failing)'
   | 'unfinished';
+
+/** How a window ended, after the final phase: as a slot of its own, or split, as its shards finished it. */
+export type Ending = SlotEnding | 'sharded DONE' | 'sharded PARTIAL' | 'sharded STUCK';
 
 /** What one case came to: the violations, and what happened in it, for the run's statistics. */
 export interface Verdict {
@@ -50,7 +55,13 @@ const LISTED_KEYS = 50;
  *    write of the checkpoint, and at the end);
  * 8. liveness: the world settles, and once the final phase has delivered the window's messages,
  *    the window is DONE or PARTIAL, FAILED after maxAttempts failed runs, or STUCK where the
- *    scenario's faults made that the protocol's own answer (see stuckProblems).
+ *    scenario's faults made that the protocol's own answer (see stuckProblems);
+ * 9. a split window (shards): each shard is held to invariants 2 to 8 as a slot of its own,
+ *    counting the recipients it handles; the window is finished once, only when every shard has ended and is
+ *    recorded as such, with one summary that is the whole ledger (done + in doubt + failed is every
+ *    recipient, runs the shards' epochs) or STUCK naming a shard that is; a shard splitting by key
+ *    hash performs only keys that hash to it, and one whose source splits itself only its range; no
+ *    run reports fenced unless a later epoch of its own slot was granted.
  */
 export function judge(result: SimulationResult): Verdict {
   const { scenario, table, provider, actors, watch } = result;
@@ -70,10 +81,16 @@ export function judge(result: SimulationResult): Verdict {
   // 3, 4, 5 (the store's audit), 6 and 7 (as the store applied each request)
   violations.push(...table.audit.violations.map((v) => `store audit: ${v}`));
   violations.push(...watch.violations.map((v) => `as applied: ${v}`));
-  violations.push(...watch.checkpointProblems('the last checkpoint, at the end'));
+  for (const slot of runSlots(scenario)) {
+    violations.push(...watch.checkpointProblems(slot, 'the last checkpoint, at the end'));
+  }
   for (const actor of actors) {
-    if (actor.epoch !== undefined && !table.audit.grants.some((g) => g.epoch === actor.epoch)) {
-      violations.push(`${actor.name} ran under epoch ${actor.epoch}, which the store never granted`);
+    // Epochs of a slot are granted one by one from 1: any up to the latest was granted.
+    const latest = table.audit.latestEpoch(slotOf(actor.shard));
+    if (actor.epoch !== undefined && !(actor.epoch >= 1 && actor.epoch <= latest)) {
+      violations.push(
+        `${actor.name} ran ${slotLabel(slotOf(actor.shard))} under epoch ${actor.epoch}, which the store never granted`,
+      );
     }
   }
   const skews = actors.map((a) => a.plan.skewMs);
@@ -93,12 +110,22 @@ export function judge(result: SimulationResult): Verdict {
         `(${actor.result ? describeResult(actor.result) : ''}): ${actor.afterReturn.join(', ')}`,
     );
   }
-  const completedBy = actors.filter((a) => responseOf(a)?.status === 'completed');
-  if (completedBy.length > 1) {
-    violations.push(`${completedBy.map((a) => a.name).join(' and ')} each report completing the window`);
+  for (const slot of runSlots(scenario)) {
+    const completedBy = actors.filter((a) => a.shard === slot.shard && responseOf(a)?.status === 'completed');
+    if (completedBy.length > 1) {
+      violations.push(
+        `${completedBy.map((a) => a.name).join(' and ')} each report completing ${slotLabel(slot)}`,
+      );
+    }
   }
 
-  violations.push(...runProblems(result), ...ledgerProblems(result), ...retryProblems(result));
+  violations.push(
+    ...runProblems(result),
+    ...ledgerProblems(result),
+    ...retryProblems(result),
+    ...fencedProblems(result),
+    ...shardProblems(result),
+  );
 
   // 8
   if (result.stuck) violations.push('the world never settled: some actor kept running without end');
@@ -113,38 +140,99 @@ export function judge(result: SimulationResult): Verdict {
     }
   }
   const record = table.getSlot(SLOT);
+  const judged = scenario.shards > 1 ? splitWindowEnding(result) : slotEnding(result, SLOT);
+  violations.push(...judged.problems);
+
+  return { violations, ending: judged.ending, facts: facts(result, record) };
+}
+
+/** Invariants 2 and 8 for one slot a run walks: the window, or one of its shards. */
+function slotEnding(result: SimulationResult, slot: Slot): { ending: SlotEnding; problems: string[] } {
+  const { scenario, table } = result;
+  const record = table.getSlot(slot);
   const ending = endingOf(record);
   switch (ending) {
     case 'DONE':
     case 'PARTIAL':
-      violations.push(...accountingProblems(result, record));
-      break;
+      return { ending, problems: accountingProblems(result, slot, record) };
     case 'FAILED':
-      if ((record?.failures ?? 0) < scenario.maxAttempts) {
-        violations.push(
-          `the slot is FAILED after ${record?.failures} failed runs, fewer than ${scenario.maxAttempts}`,
-        );
-      }
-      break;
+      return {
+        ending,
+        problems:
+          (record?.failures ?? 0) < scenario.maxAttempts
+            ? [
+                `${slotLabel(slot)} is FAILED after ${record?.failures} failed runs, fewer than ${scenario.maxAttempts}`,
+              ]
+            : [],
+      };
     case 'STUCK (deadline)':
     case 'STUCK (no progress)':
     case 'STUCK (provider failing)':
-      violations.push(...stuckProblems(result, ending));
-      break;
+      return { ending, problems: stuckProblems(result, slot, ending) };
     case 'unfinished':
-      violations.push(
-        `after the final phase the slot is ${record?.state ?? 'absent'}: the window is neither finished nor given up ` +
-          `(messages: ${result.queue.messages.map((m) => `${m.id} ${m.state}`).join(', ')})`,
-      );
-      break;
+      return {
+        ending,
+        problems: [
+          `after the final phase ${slotLabel(slot)} is ${record?.state ?? 'absent'}: neither finished nor given up ` +
+            `(messages: ${result.queue.messages.map((m) => `${m.id} ${m.state}`).join(', ')})`,
+        ],
+      };
     default:
       return ending satisfies never;
   }
-
-  return { violations, ending, facts: facts(result, record) };
 }
 
-function endingOf(record: SlotItem | undefined): Ending {
+/**
+ * Invariants 8 and 9 for a split window: every shard ended as a slot of its own is allowed to
+ * (DONE, PARTIAL, FAILED, or STUCK for a reason the scenario gave it); the window is finished (DONE or
+ * PARTIAL when every shard completed, with the whole ledger's summary; else STUCK naming a shard
+ * that is STUCK or FAILED) and lists every shard as finished.
+ */
+function splitWindowEnding(result: SimulationResult): { ending: Ending; problems: string[] } {
+  const { scenario, table } = result;
+  const record = table.getSlot(SLOT);
+  const shards = runSlots(scenario).map((slot) => ({ slot, record: table.getSlot(slot) }));
+  const problems = runSlots(scenario).flatMap((slot) => slotEnding(result, slot).problems);
+  const listed = new Set(record?.finishedShards ?? []);
+  const states = shards
+    .map(({ slot, record }) => `${slotLabel(slot)} ${record?.state ?? 'absent'}`)
+    .join(', ');
+  if (isTerminal(record?.state) && shards.some(({ slot }) => !listed.has(slot.shard ?? -1))) {
+    problems.push(
+      `the window is ${record?.state} but lists only shards ${[...listed].join(', ')} of ${scenario.shards} as finished`,
+    );
+  }
+  switch (record?.state) {
+    case SlotState.Done:
+    case SlotState.Partial: {
+      const notCompleted = shards.filter(
+        ({ record }) => record?.state !== SlotState.Done && record?.state !== SlotState.Partial,
+      );
+      if (notCompleted.length > 0) problems.push(`the window is ${record.state} though ${states}`);
+      const runs = shards.reduce((n, { record }) => n + (record?.epoch ?? 0), 0);
+      problems.push(...accountingProblems(result, SLOT, record, runs));
+      return { ending: record.state === SlotState.Done ? 'sharded DONE' : 'sharded PARTIAL', problems };
+    }
+    case SlotState.Stuck: {
+      const named = /^shard (\d+) of/.exec(record.lastError ?? '');
+      const shard = named ? Number(named[1]) : undefined;
+      const state = shard === undefined ? undefined : table.getSlot(slotOf(shard))?.state;
+      if (state !== SlotState.Stuck && state !== SlotState.Failed) {
+        problems.push(`the window is STUCK (${record.lastError}) though ${states}`);
+      }
+      return { ending: 'sharded STUCK', problems };
+    }
+    default:
+      problems.push(
+        `after the final phase the window is ${record?.state ?? 'absent'} with ${listed.size} of ${scenario.shards} ` +
+          `shards recorded as finished (${states}): it is neither finished nor given up ` +
+          `(messages: ${result.queue.messages.map((m) => `${m.id} ${m.state}`).join(', ')})`,
+      );
+      return { ending: 'unfinished', problems };
+  }
+}
+
+function endingOf(record: SlotItem | undefined): SlotEnding {
   switch (record?.state) {
     case SlotState.Done:
       return 'DONE';
@@ -168,28 +256,44 @@ function responseOf(actor: SimActor) {
 }
 
 /**
- * Invariant 2 against the completed window: the stored summary, the ledger its completing run's
- * tally read (a zombie may still mark an in-doubt effect done afterwards: the summary is not wrong
- * for it), the final ledger and the provider's counts.
+ * Invariant 2 against a completed slot: the stored summary, the ledger its completing run's tally
+ * read (a zombie may still mark an in-doubt effect done afterwards: the summary is not wrong for
+ * it), the final ledger and the provider's counts. A shard's summary counts the records it wrote,
+ * which are the recipients it handles; a split window's (`splitRuns`: the runs of its shards), the
+ * whole ledger its last shard read when it finished the window.
  */
-function accountingProblems(result: SimulationResult, record: SlotItem | undefined): string[] {
+function accountingProblems(
+  result: SimulationResult,
+  slot: Slot,
+  record: SlotItem | undefined,
+  splitRuns?: number,
+): string[] {
   const { scenario, provider, hashKey, watch, actors } = result;
   const problems: string[] = [];
+  const label = slotLabel(slot);
   const summary = record?.summary ? (JSON.parse(record.summary) as WindowSummary) : undefined;
-  const completion = watch.completion;
-  if (!summary || !completion)
-    return [`the slot is ${record?.state} without a window summary or a completion`];
-  const recipients = [...new Set(scenario.recipients)];
+  const completion = watch.completionOf(slot);
+  if (!summary || !completion) return [`${label} is ${record?.state} without a summary or a completion`];
+  // The recipients this slot handles, and whether their records are all its own: by a shard's key
+  // hash they are; a source that splits itself shares its boundary recipients with the next shard.
+  const owned = new Set(
+    scenario.recipients.filter((_, index) =>
+      splitRuns !== undefined ? true : ownsRecipient(scenario, hashKey, slot.shard, index),
+    ),
+  );
+  const shared = slot.shard !== undefined && scenario.split === 'source';
+  const counts = (item: EffectItem) => splitRuns !== undefined || item.shard === slot.shard;
+  const recipients = [...owned];
   const { done, inDoubt, failed, inDoubtKeys, failedKeys, runs } = summary;
   const expectedState = failed > 0 ? SlotState.Partial : SlotState.Done;
   if (record?.state !== expectedState) {
     problems.push(
-      `the window is ${record?.state} with ${failed} failed effects: it should be ${expectedState}`,
+      `${label} is ${record?.state} with ${failed} failed effects: it should be ${expectedState}`,
     );
   }
-  if (done + inDoubt + failed !== recipients.length) {
+  if (!shared && done + inDoubt + failed !== recipients.length) {
     problems.push(
-      `the window summary accounts for ${done + inDoubt + failed} of ${recipients.length} recipients ` +
+      `the summary of ${label} accounts for ${done + inDoubt + failed} of ${recipients.length} recipients ` +
         `(done ${done}, in doubt ${inDoubt}, failed ${failed})`,
     );
   }
@@ -201,20 +305,30 @@ function accountingProblems(result: SimulationResult, record: SlotItem | undefin
       problems.push(`the summary lists ${keys.length} ${name} keys (distinct or not) for ${count} effects`);
     }
   }
-  if (runs !== completion.epoch) {
-    problems.push(`the summary counts ${runs} runs, but epoch ${completion.epoch} completed the window`);
+  const expectedRuns = splitRuns ?? completion.epoch;
+  if (runs !== expectedRuns) {
+    problems.push(
+      splitRuns === undefined
+        ? `the summary of ${label} counts ${runs} runs, but epoch ${completion.epoch} completed it`
+        : `the window's summary counts ${runs} runs, but its shards' epochs add up to ${splitRuns}`,
+    );
   }
   const ledger = completion.ledger ?? new Map<string, EffectItem>();
   const tallied = { done: 0, inDoubt: 0, failed: 0 };
-  for (const item of ledger.values()) {
+  for (const [keyHash, item] of ledger) {
+    if (!counts(item)) continue;
+    if (!owned.has(recipientOf(result, keyHash))) {
+      problems.push(`${recipientOf(result, keyHash)} is on record for ${label}, which does not handle it`);
+    }
     if (item.state === EffectState.Done) tallied.done++;
     else if (item.state === EffectState.Reserved) tallied.inDoubt++;
     else tallied.failed++;
   }
   if (tallied.done !== done || tallied.inDoubt !== inDoubt || tallied.failed !== failed) {
     problems.push(
-      `the summary (done ${done}, in doubt ${inDoubt}, failed ${failed}) is not the ledger ${completion.actor} ` +
-        `read before completing (done ${tallied.done}, in doubt ${tallied.inDoubt}, failed ${tallied.failed})`,
+      `the summary of ${label} (done ${done}, in doubt ${inDoubt}, failed ${failed}) is not the ledger ` +
+        `${completion.actor} read before completing it (done ${tallied.done}, in doubt ${tallied.inDoubt}, ` +
+        `failed ${tallied.failed})`,
     );
   }
   const deadline = deadlineOf(scenario);
@@ -223,22 +337,27 @@ function accountingProblems(result: SimulationResult, record: SlotItem | undefin
     const item = ledger.get(keyHash);
     const listed = [inDoubtKeys.includes(keyHash), failedKeys.includes(keyHash)].filter(Boolean).length;
     if (!item) {
-      problems.push(`${to} had no outcome on record when ${completion.actor} completed the window`);
+      problems.push(`${to} had no outcome on record when ${completion.actor} completed ${label}`);
       continue;
     }
+    // Another shard's record of a recipient both sources read: that shard's summary counts it.
+    if (!counts(item)) continue;
     const expected = item.state === EffectState.Done ? 0 : 1;
     if (listed !== expected) {
       problems.push(
         `${to} is ${item.state} on record, yet the summary lists it ${listed === 0 ? 'nowhere' : `${listed} times`}`,
       );
     }
+    // A split window's finish reads the ledger after its shards completed: a zombie of a shard may
+    // have recorded a refusal since, which that shard's completion never saw.
     if (
+      splitRuns === undefined &&
       item.state === EffectState.Failed &&
       item.retryAt !== undefined &&
       (completion.listedAt ?? 0) <= deadline
     ) {
       problems.push(
-        `${completion.actor} completed the window while ${to}'s refusal waited for its retry, before the deadline`,
+        `${completion.actor} completed ${label} while ${to}'s refusal waited for its retry, before the deadline`,
       );
     }
     if (
@@ -246,12 +365,13 @@ function accountingProblems(result: SimulationResult, record: SlotItem | undefin
       !inDoubtKeys.includes(keyHash) &&
       !failedKeys.includes(keyHash)
     ) {
-      problems.push(`${to} got nothing, yet the window summary reports it neither in doubt nor failed`);
+      problems.push(`${to} got nothing, yet the summary of ${label} reports it neither in doubt nor failed`);
     }
   }
   const completer = actors.find((a) => a.name === completion.actor);
   const response = completer ? responseOf(completer) : undefined;
-  if (response?.status === 'completed') {
+  // The run that finished a split window returns what its own shard came to.
+  if (splitRuns === undefined && response?.status === 'completed') {
     if (JSON.stringify(response.window) !== JSON.stringify(summary) || response.state !== record?.state) {
       problems.push(
         `${completer?.name} returned ${describeResult({ kind: 'returned', response })}, not what it stored`,
@@ -311,6 +431,21 @@ function runProblems(result: SimulationResult): string[] {
         `${actor.name} (epoch ${response.epoch}) reports ${skipped} effects skipped as done, but only ${doneOnRecord} are done on record`,
       );
     }
+    // A record belongs to the shard that first wrote it, for good: a run reports only its own.
+    for (const [kind, keys] of [
+      ['in doubt', response.summary.inDoubtKeys],
+      ['failed', response.summary.failedKeys],
+    ] as const) {
+      for (const keyHash of keys) {
+        const owner = table.getEffect(SLOT, keyHash)?.shard;
+        if (owner !== actor.shard) {
+          problems.push(
+            `${actor.name} of ${slotLabel(slotOf(actor.shard))} counts ${recipientOf(result, keyHash)} ${kind}, ` +
+              `whose record is ${owner === undefined ? 'the window' : `shard ${owner}`}'s`,
+          );
+        }
+      }
+    }
   }
   return problems;
 }
@@ -356,6 +491,65 @@ function retryProblems(result: SimulationResult): string[] {
 }
 
 /**
+ * Invariant 9: a run reports fenced only when it was: a later epoch of its own slot was granted
+ * (a shard's epochs are its own; another shard's never fence it).
+ */
+function fencedProblems(result: SimulationResult): string[] {
+  const problems: string[] = [];
+  for (const actor of result.actors) {
+    const response = responseOf(actor);
+    if (response?.status !== 'fenced') continue;
+    const slot = slotOf(actor.shard);
+    const latest = result.table.audit.latestEpoch(slot);
+    if (latest <= response.epoch) {
+      problems.push(
+        `${actor.name} reports ${slotLabel(slot)} fenced at epoch ${response.epoch}, yet no later epoch of it ` +
+          `was granted (the latest is ${latest})`,
+      );
+    }
+  }
+  return problems;
+}
+
+/**
+ * Invariant 9, who handles whom: a shard that splits by key hash writes and sends only keys that
+ * hash to it; one whose source splits itself only the recipients of its range; a window's
+ * coordinator sends nothing; the records of a window that is not split name no shard.
+ */
+function shardProblems(result: SimulationResult): string[] {
+  const { scenario, table, provider, hashKey, actors } = result;
+  const problems: string[] = [];
+  const handles = (shard: number | undefined, to: string) =>
+    scenario.recipients.some(
+      (address, index) => address === to && ownsRecipient(scenario, hashKey, shard, index),
+    );
+  for (const [keyHash, item] of table.listEffects(SLOT)) {
+    const to = recipientOf(result, keyHash);
+    if (scenario.shards === 1) {
+      if (item.shard !== undefined)
+        problems.push(`${to} is on record for shard ${item.shard} of a window not split`);
+      continue;
+    }
+    if (item.shard === undefined || !handles(item.shard, to)) {
+      const by =
+        scenario.split === 'by-key'
+          ? `its key hashes to shard ${shardOfKeyHash(keyHash, scenario.shards)}`
+          : 'outside its range';
+      problems.push(`${to} is on record for shard ${item.shard ?? '(none)'}, ${by}`);
+    }
+  }
+  if (scenario.shards === 1) return problems;
+  const byName = new Map(actors.map((a) => [a.name, a]));
+  for (const send of provider.records) {
+    const shard = byName.get(send.actor)?.shard;
+    if (shard === undefined) problems.push(`${send.actor}, the window's coordinator, sent to ${send.to}`);
+    else if (!handles(shard, send.to))
+      problems.push(`${send.actor} of shard ${shard} sent to ${send.to}, not its own`);
+  }
+  return problems;
+}
+
+/**
  * When STUCK is the protocol's own answer, not a liveness failure:
  *
  * - Past the deadline: the STUCK was written by a run whose clock was past the window's deadline
@@ -368,12 +562,15 @@ function retryProblems(result: SimulationResult): string[] {
  *   progress or waits for a retry, which is not a run without progress). Invariant 6 already holds
  *   every release to the rule that a run that performed an effect resets the count.
  */
-function stuckProblems(result: SimulationResult, ending: Ending): string[] {
-  const { scenario, table, watch, actors } = result;
-  const record = table.getSlot(SLOT);
-  const stuck = [...watch.releases].reverse().find((r) => r.state === SlotState.Stuck);
-  if (!record || !stuck) return ['the slot is STUCK, yet no release wrote it'];
-  const why = `STUCK by ${stuck.actor} (${record.lastError})`;
+function stuckProblems(result: SimulationResult, slot: Slot, ending: SlotEnding): string[] {
+  const { scenario, table, watch } = result;
+  const actors = result.actors.filter((a) => a.shard === slot.shard);
+  const record = table.getSlot(slot);
+  const stuck = [...watch.releases]
+    .reverse()
+    .find((r) => r.shard === slot.shard && r.state === SlotState.Stuck);
+  if (!record || !stuck) return [`${slotLabel(slot)} is STUCK, yet no release wrote it`];
+  const why = `${slotLabel(slot)} STUCK by ${stuck.actor} (${record.lastError})`;
   const problems: string[] = [];
   if (ending === 'STUCK (deadline)') {
     const deadline = deadlineOf(scenario);
@@ -434,7 +631,44 @@ function facts(result: SimulationResult, record: SlotItem | undefined): Record<s
     (a.startedAt ?? 0) <= (b.endedAt ?? Number.POSITIVE_INFINITY) &&
     (b.startedAt ?? 0) <= (a.endedAt ?? Number.POSITIVE_INFINITY);
   const summary = record?.summary ? (JSON.parse(record.summary) as WindowSummary) : undefined;
+  const shardActors = actors.filter((a) => a.shard !== undefined);
+  const shardStates = runSlots(scenario).map((slot) =>
+    slot.shard === undefined ? undefined : table.getSlot(slot)?.state,
+  );
   return {
+    ...(scenario.shards > 1
+      ? {
+          'a split window': 1,
+          'a split by the source': scenario.split === 'source' ? 1 : 0,
+          'a shard taken over': watch.counts.shardTakeovers,
+          'a shard invocation with faults': count((a) => a.shard !== undefined && a.role === 'continuation'),
+          'a shard sent twice': runSlots(scenario).filter(
+            (slot) => result.queue.shardMessages(slot.shard ?? 0).length > 1,
+          ).length,
+          'a shard run twice at once': shardActors.filter((a) =>
+            shardActors.some((b) => b !== a && b.shard === a.shard && overlaps(a, b)),
+          ).length,
+          'a coordinator stopped between its fan-out and SHARDED': count(
+            (a) =>
+              a.fanOuts > 0 &&
+              ((a.status === 'crashed' && /^fan-out\b/.test(a.lastLanded ?? '')) ||
+                a.pausedAt.some((at) => /^(after fan-out|before release)\b/.test(at))),
+          ),
+          'a shard ending before its window was SHARDED': watch.counts.shardEndsBeforeSharded,
+          'a shard ending again after its window finished': watch.counts.shardEndsAfterFinish,
+          'a crash between a shard completing and its window hearing of it': count(
+            (a) => a.shard !== undefined && a.status === 'crashed' && /^complete\b/.test(a.lastLanded ?? ''),
+          ),
+          'two shards finishing the window at once':
+            new Set(watch.finishAttempts.map((f) => f.actor)).size > 1 ? 1 : 0,
+          'a late Scheduler retry racing the shards': retries.filter((r) =>
+            shardActors.some((s) => overlaps(r, s)),
+          ).length,
+          'a key met by two shards': watch.counts.keysMetByAnotherShard,
+          'a shard STUCK': shardStates.filter((s) => s === SlotState.Stuck).length,
+          'a shard FAILED': shardStates.filter((s) => s === SlotState.Failed).length,
+        }
+      : {}),
     'a takeover': watch.counts.takeovers,
     'a crash': count((a) => a.status === 'crashed'),
     'a pause': actors.reduce((n, a) => n + a.pauses, 0),

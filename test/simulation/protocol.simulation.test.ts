@@ -7,8 +7,10 @@ import { type ActorPlan, LONG_DEADLINE_MS, recipientAddress, type Scenario, scen
  * The deterministic simulation of the claim, lease, epoch, effect-ledger and continuation protocol
  * (see docs/simulation.md). Every case is a window fired by 2 to 5 actors through the real handler,
  * each a receive of a message on the job's work queue, which delivers the window again while it is
- * not finished; crashes, pauses, Lambda timeouts, skewed clocks, lost replies, throttling, slow
- * requests, refusals and provider timeouts strike the fires and the first redeliveries, in an order
+ * not finished; a third of the windows are split into 2 to 4 shards, whose messages the
+ * coordinator sends to the same queue; crashes, pauses, Lambda timeouts, skewed clocks, lost replies,
+ * throttling, slow requests, refusals and provider timeouts strike the fires, the first
+ * redeliveries and the first shard deliveries, in an order
  * fast-check's scheduler picks; then a final, healthy phase delivers what is left on the queue until
  * the window is finished, and the invariants are checked. A failure prints fast-check's seed and
  * path, the shrunk scenario, the scheduler's step log and the simulation's trace. To replay it:
@@ -29,7 +31,7 @@ describe('the protocol under simulated faults', () => {
   it(
     'sends no email twice, accounts for every effect once, never re-grants an epoch, accepts no stale ' +
       'write, completes a window once, retries refusals by the policy, checkpoints only what is settled ' +
-      'and finishes every window, whatever the interleaving',
+      'and finishes every window, split into shards or not, whatever the interleaving',
     async () => {
       const report = await checkSimulation({
         numRuns: replay.numRuns ?? CASES,
@@ -61,10 +63,33 @@ describe('the protocol under simulated faults', () => {
         'a cancelled send put back',
         'a resume from a checkpoint',
         'a checkpoint written',
+        'a split window',
+        'a split by the source',
+        'a shard taken over',
+        'a shard invocation with faults',
+        'a shard sent twice',
+        'a shard run twice at once',
+        'a coordinator stopped between its fan-out and SHARDED',
+        'a shard ending before its window was SHARDED',
+        'a shard ending again after its window finished',
+        'a crash between a shard completing and its window hearing of it',
+        'two shards finishing the window at once',
+        'a late Scheduler retry racing the shards',
+        'a key met by two shards',
+        'a shard STUCK',
+        'a shard FAILED',
       ]) {
         expect(report.stats.casesWith(fact), fact).toBeGreaterThan(0);
       }
-      for (const ending of ['DONE', 'PARTIAL', 'FAILED', 'STUCK (deadline)']) {
+      for (const ending of [
+        'DONE',
+        'PARTIAL',
+        'FAILED',
+        'STUCK (deadline)',
+        'sharded DONE',
+        'sharded PARTIAL',
+        'sharded STUCK',
+      ]) {
         expect(report.stats.endings.get(ending) ?? 0, ending).toBeGreaterThan(0);
       }
     },
@@ -126,6 +151,9 @@ describe('the protocol under simulated faults', () => {
         stepsPerTick: 16,
         actors: [stormy, retry(n * 250)],
         continuations: [],
+        shards: 1,
+        split: 'by-key',
+        shardDeliveries: [],
       }),
     );
     const report = await checkSimulation({ scenarios: window, numRuns: 500, endOnFailure: true });

@@ -47,6 +47,7 @@ export function runOptions(scenario: Scenario): RunOptions {
       backoffRate: EFFECT_RETRY_BACKOFF_RATE,
     },
     failureStreakLimit: scenario.failureStreakLimit,
+    shards: scenario.shards,
   };
 }
 
@@ -121,6 +122,14 @@ export interface ContinuationPlan extends ProcessPlan {
   readonly duplicateAfterMs: number | undefined;
 }
 
+/**
+ * How the shards of a split window each keep to their own recipients (JobContext.onceEach's
+ * `split`): `by-key`, every shard walks the whole list and keeps the keys that hash to it; `source`,
+ * each shard reads a range of the list (shardRange), overlapping the next shard's by one recipient,
+ * as a source that splits itself imperfectly would: two shards meet that recipient's key.
+ */
+export type ShardSplit = 'by-key' | 'source';
+
 /** One simulated window: its recipients, the runtime's settings, the network's speed and its actors. */
 export interface Scenario {
   /** The recipient list the job iterates, in order. */
@@ -153,6 +162,24 @@ export interface Scenario {
   readonly actors: readonly ActorPlan[];
   /** The faults of the work queue's first redeliveries, in order; later ones wait for the final, healthy phase. */
   readonly continuations: readonly ContinuationPlan[];
+  /** Shards the window is split into: 1 (not split), or 2 to 4, each run from its own message. */
+  readonly shards: number;
+  /** How a split window's shards keep to their own recipients. */
+  readonly split: ShardSplit;
+  /**
+   * The faults of the first deliveries of shard messages (whichever shard), in order; later ones
+   * wait for the final, healthy phase. Unused when the window is not split.
+   */
+  readonly shardDeliveries: readonly ContinuationPlan[];
+}
+
+/**
+ * The recipients (by index, from `from` up to `to`, exclusive) that shard `index` of `count` reads
+ * when its source splits itself: an even share, and the first recipient of the next shard's share.
+ */
+export function shardRange(index: number, count: number, recipients: number): { from: number; to: number } {
+  const from = Math.floor((index * recipients) / count);
+  return { from, to: Math.min(recipients, Math.floor(((index + 1) * recipients) / count) + 1) };
 }
 
 /** The address of recipient `index`. */
@@ -234,7 +261,8 @@ const distinctRecipients = fc
 
 /**
  * Scenarios of one window: 2 to 5 actors fire it with their own faults, up to 3 redeliveries of its
- * message by the work queue carry faults too, and up to 5 distinct recipients. `recipients` can be
+ * message by the work queue carry faults too, and up to 5 distinct recipients. A third of the
+ * windows are split into 2 to 4 shards, whose first 6 deliveries carry faults. `recipients` can be
  * replaced to try other lists (see protocol.simulation.test.ts).
  */
 export function scenarios(
@@ -266,5 +294,13 @@ export function scenarios(
     stepsPerTick: fc.constantFrom(0, 1, 2, 4, 8, 16),
     actors: fc.array(actorPlan, { minLength: 2, maxLength: 5 }),
     continuations: fc.array(continuationPlan, { maxLength: 3 }),
+    // A third of the windows are split, so the coordinator's fan-out and every shard's messages go
+    // through the work queue with its faults.
+    shards: fc.oneof(
+      { weight: 2, arbitrary: fc.constant(1) },
+      { weight: 1, arbitrary: fc.integer({ min: 2, max: 4 }) },
+    ),
+    split: fc.constantFrom<ShardSplit>('by-key', 'source'),
+    shardDeliveries: fc.array(continuationPlan, { maxLength: 6 }),
   });
 }

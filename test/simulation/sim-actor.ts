@@ -52,6 +52,8 @@ export class SimActor {
   status: ActorStatus = 'waiting';
   /** Scheduler's attempt number in the message it received. */
   attemptNumber = 1;
+  /** The shard its message named: it runs that shard's slot. Undefined: the window's own message. */
+  shard: number | undefined;
   /** The epoch its run was granted, once it was. */
   epoch: number | undefined;
   result: ActorResult | undefined;
@@ -69,6 +71,10 @@ export class SimActor {
   endedAt: number | undefined;
   /** The last of its operations that took effect, for the statistics (a crash right after a release). */
   lastLanded: string | undefined;
+  /** The operations it froze at, for the statistics (a coordinator paused before marking its window SHARDED). */
+  readonly pausedAt: string[] = [];
+  /** Shard messages it sent as its window's coordinator. */
+  fanOuts = 0;
   /** Called when the process has seen its claim or a renewal commit: the handler's visibility heartbeat. */
   onHeartbeat: (() => void) | undefined;
   readonly #world: ActorWorld;
@@ -154,14 +160,19 @@ export class SimActor {
     return {
       issue: async () => {
         if (crash === 'before') this.crash(`before op ${index} (${label})`);
-        else if (pause?.phase === 'before') this.pause(pause.forMs, `before op ${index} (${label})`);
+        else if (pause?.phase === 'before') {
+          this.pausedAt.push(`before ${label}`);
+          this.pause(pause.forMs, `before op ${index} (${label})`);
+        }
         await this.proceed();
       },
       landed: () => {
         this.lastLanded = label;
         if (crash === 'after') this.crash(`after op ${index} (${label}) took effect`);
-        else if (pause?.phase === 'after')
+        else if (pause?.phase === 'after') {
+          this.pausedAt.push(`after ${label}`);
           this.pause(pause.forMs, `after op ${index} (${label}) took effect`);
+        }
       },
     };
   }

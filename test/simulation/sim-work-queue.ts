@@ -6,6 +6,7 @@ import {
   type WorkQueue,
 } from '../../shared/continuation/work-queue.js';
 import { LEASE_MS } from './scenario.js';
+import type { SimActor } from './sim-actor.js';
 
 /** The job function's configured timeout: the queue's visibility timeout is six times it. */
 export const FUNCTION_TIMEOUT_MS = 30_000;
@@ -14,11 +15,20 @@ export const VISIBILITY_TIMEOUT_MS = 6 * FUNCTION_TIMEOUT_MS;
 /** The handler's heartbeat: from each claim and renewal, the message stays invisible this long. */
 export const HEARTBEAT_VISIBILITY_MS = 2 * LEASE_MS;
 
-/** One message of the window on the job's work queue: the schedule's, or a Scheduler retry's. */
+/**
+ * One message of the window on the job's work queue: the schedule's, a Scheduler retry's, or one of
+ * the shard messages a coordinator sent.
+ */
 export class QueueMessage {
   readonly id: string;
   /** Scheduler's attempt number in the message body. */
   readonly attemptNumber: number;
+  /** The shard a coordinator's message names; undefined for the window's own messages. */
+  readonly shard: number | undefined;
+  /** A shard message's body, as the coordinator sent it (the window's messages are built per receive). */
+  readonly body: Readonly<Record<string, unknown>> | undefined;
+  /** Deliveries in the final, healthy phase. */
+  finalDeliveries = 0;
   /** Receives so far; the latest receipt is the only one SQS honours. */
   receives = 0;
   /** When it becomes visible again (and is delivered), while it is on the queue. */
@@ -29,9 +39,11 @@ export class QueueMessage {
   /** Bumped at each visibility change, so a delivery timed by an earlier one is dropped. */
   version = 0;
 
-  constructor(id: string, attemptNumber: number) {
+  constructor(id: string, attemptNumber: number, shard?: { index: number; body: Record<string, unknown> }) {
     this.id = id;
     this.attemptNumber = attemptNumber;
+    this.shard = shard?.index;
+    this.body = shard?.body;
   }
 }
 
@@ -49,6 +61,8 @@ export interface Receipt {
 /** What the queue needs from the world: the time, events, the trace, and a way to start a delivery. */
 export interface QueueWorld {
   readonly now: number;
+  /** One step the scheduler orders against every other: a SendMessage reaching the queue. */
+  step(label: string): Promise<void>;
   /** Runs `fn` at `at`; `wakes` says whether the event still matters (a superseded visibility does not). */
   at(at: number, fn: () => void, options: { readonly wakes: () => boolean }): void;
   note(who: string, text: string): void;
@@ -80,7 +94,7 @@ export class SimWorkQueue {
 
   /** The message of Scheduler attempt `attemptNumber`, sent when that attempt first fires. */
   messageFor(attemptNumber: number): QueueMessage {
-    const existing = this.messages.find((m) => m.attemptNumber === attemptNumber);
+    const existing = this.messages.find((m) => m.shard === undefined && m.attemptNumber === attemptNumber);
     if (existing) return existing;
     const message = new QueueMessage(`m${attemptNumber}`, attemptNumber);
     this.messages.push(message);
@@ -115,11 +129,20 @@ export class SimWorkQueue {
 
   /**
    * The work queue one invocation's handler sees: its continuation (`send`) delays the message it
-   * received, and a visibility change applies to the latest receive only.
+   * received, and a visibility change applies to the latest receive only. A message naming a shard
+   * the received one does not is a coordinator's fan-out: a new message, sent as one step of the
+   * invocation (a crash or a pause can strike before it reaches the queue or after), and visible at
+   * once, so a shard can run before its coordinator has marked the window SHARDED.
    */
-  forReceipt(receipt: Receipt, who: string): WorkQueue {
+  forReceipt(receipt: Receipt, actor: SimActor): WorkQueue {
+    const who = actor.name;
     return {
-      send: async (_body, delayMs) => {
+      send: async (body, delayMs) => {
+        const fields = JSON.parse(body) as Record<string, unknown>;
+        if (typeof fields.shard === 'number' && receipt.message.shard === undefined) {
+          await this.#fanOut(actor, fields.shard, fields);
+          return;
+        }
         const afterMs = queueSeconds(delayMs, MAX_DELAY_MS, 'delayMs') * 1000;
         receipt.retryAfterMs = afterMs;
         this.#changeVisibility(receipt, Math.max(afterMs, 1000), who, 'continuation');
@@ -163,6 +186,28 @@ export class SimWorkQueue {
   /** Messages still on the queue. */
   get queued(): readonly QueueMessage[] {
     return this.messages.filter((m) => m.state === 'queued');
+  }
+
+  /** Messages sent for `shard` so far: one per fan-out that reached the queue. */
+  shardMessages(shard: number): readonly QueueMessage[] {
+    return this.messages.filter((m) => m.shard === shard);
+  }
+
+  async #fanOut(actor: SimActor, shard: number, body: Record<string, unknown>): Promise<void> {
+    const op = actor.beginOp(`fan-out shard ${shard}`);
+    await op.issue();
+    await this.#world.step(`${actor.name} sends the message of shard ${shard}`);
+    const message = new QueueMessage(`s${shard}.${this.shardMessages(shard).length + 1}`, 1, {
+      index: shard,
+      body,
+    });
+    this.messages.push(message);
+    actor.fanOuts++;
+    this.#world.note('queue', `${actor.name}: ${message.id} sent (shard ${shard})`);
+    op.landed();
+    // Visible at once: the event source hands it to an invocation while the coordinator goes on.
+    this.#world.redeliver(message);
+    await actor.proceed();
   }
 
   #changeVisibility(receipt: Receipt, ms: number, who: string, what: string): VisibilityOutcome {

@@ -20,6 +20,7 @@ import {
   runOptions,
   type Scenario,
   START,
+  shardRange,
   WINDOW,
 } from './scenario.js';
 import { type ActorRole, SimActor } from './sim-actor.js';
@@ -61,7 +62,7 @@ export interface SimulationResult {
   readonly engine: { readonly duplicates: number; readonly deferred: number };
   /** True time the final, healthy phase began. */
   readonly finalPhaseAt: number;
-  /** Set when the final phase stopped delivering after FINAL_DELIVERIES without the window finishing. */
+  /** Set when the final phase stopped delivering a message after FINAL_DELIVERIES without its slot finishing. */
   readonly finalDeliveriesExhausted: boolean;
   /** Set when simulated time ran past the limit without the world settling. */
   readonly stuck: boolean;
@@ -75,8 +76,9 @@ const INVOCATION_LIMIT_MS = 10 * 60_000;
 /** The final phase begins this long after everything else stopped: every lease has ended by then. */
 const FINAL_DELAY_MS = 2 * LEASE_MS + 5_000;
 /**
- * Deliveries the final phase makes before it gives up. A window needs at most a few: one that walks,
- * one per retry of a refused effect, one after the deadline; held and waiting answers add some.
+ * Deliveries of one message the final phase makes before it gives up. A window (or a shard) needs
+ * at most a few: one that walks, one per retry of a refused effect, one after the deadline; held
+ * and waiting answers add some.
  */
 export const FINAL_DELIVERIES = 25;
 /** The final phase's network: fast, so a healthy run's round trips never race its lease. */
@@ -163,9 +165,9 @@ class World implements NetworkWorld, QueueWorld {
   #stuck = false;
   #final = false;
   #finalPhaseAt = 0;
-  #finalDeliveries = 0;
   #finalDeliveriesExhausted = false;
   #continuationPlans: ContinuationPlan[];
+  #shardPlans: ContinuationPlan[];
   readonly #engine = { duplicates: 0, deferred: 0 };
 
   constructor(scenario: Scenario, scheduler: fc.Scheduler, variant: WorldVariant) {
@@ -173,9 +175,10 @@ class World implements NetworkWorld, QueueWorld {
     this.#scheduler = scheduler;
     this.#variant = variant;
     this.table = variant.table?.() ?? new MemoryTable();
-    this.watch = new StoreWatch(this.table, scenario.recipients, this.#hashKey);
+    this.watch = new StoreWatch(this.table, scenario, this.#hashKey);
     this.queue = new SimWorkQueue(this, scenario.deadlineMs);
     this.#continuationPlans = [...scenario.continuations];
+    this.#shardPlans = [...scenario.shardDeliveries];
     for (const recipient of scenario.recipients) this.#recipients.set(this.#hashKey(recipient), recipient);
     this.#alwaysRefused = new Set(
       scenario.alwaysRefused.flatMap((index) => scenario.recipients[index] ?? []),
@@ -244,21 +247,25 @@ class World implements NetworkWorld, QueueWorld {
   // QueueWorld
 
   /**
-   * The queue delivers a message again: in the faulty phase with the next continuation plan (and
-   * left for the final phase once there is none), in the final phase with a healthy process.
+   * The queue delivers a message (again): in the faulty phase with the next continuation plan, or
+   * for a shard message the next shard delivery plan (and left for the final phase once there is
+   * none), in the final phase with a healthy process.
    */
   redeliver(message: QueueMessage): void {
     if (this.#final) {
-      if (this.#finalDeliveries >= FINAL_DELIVERIES) {
+      if (message.finalDeliveries >= FINAL_DELIVERIES) {
         this.#finalDeliveriesExhausted = true;
-        this.note('world', `the final phase stops after ${FINAL_DELIVERIES} deliveries`);
+        this.note(
+          'world',
+          `the final phase stops delivering ${message.id} after ${FINAL_DELIVERIES} deliveries`,
+        );
         return;
       }
-      this.#finalDeliveries++;
+      message.finalDeliveries++;
       this.#receive(message, 'final', HEALTHY);
       return;
     }
-    const plan = this.#continuationPlans.shift();
+    const plan = (message.shard === undefined ? this.#continuationPlans : this.#shardPlans).shift();
     if (!plan) {
       message.deferred = true;
       this.#engine.deferred++;
@@ -285,11 +292,13 @@ class World implements NetworkWorld, QueueWorld {
     const receipt = this.queue.receive(message);
     if (!receipt) return;
     const name =
-      role === 'fire'
+      (role === 'fire'
         ? `a${this.actors.length + 1}`
-        : `${role === 'final' ? 'f' : 'c'}${this.actors.length + 1}`;
+        : `${role === 'final' ? 'f' : 'c'}${this.actors.length + 1}`) +
+      (message.shard === undefined ? '' : `s${message.shard}`);
     const actor = new SimActor(this, name, role, plan, START + this.now + plan.skewMs);
     actor.attemptNumber = message.attemptNumber;
+    actor.shard = message.shard;
     this.actors.push(actor);
     actor.onHeartbeat = () => this.queue.heartbeat(receipt);
     this.#start(actor, receipt, requestId ?? `req-${name}`);
@@ -305,21 +314,33 @@ class World implements NetworkWorld, QueueWorld {
       returnOldOnConflict: this.#scenario.returnOldOnConflict,
     });
     const sender = new SimulatedSender(actor, this, this.provider);
-    const items = this.#scenario.recipients.map((to, index) => ({ to, position: positionOf(index) }));
-    const source = this.#scenario.resumable
-      ? resumableSource({
-          read: (after) => items.slice(after === undefined ? 0 : indexOfPosition(after) + 1),
-          position: (item) => item.position,
-        })
-      : items;
-    const concurrency = this.#scenario.concurrency;
+    const { recipients, resumable, concurrency, split } = this.#scenario;
+    const all = recipients.map((to, index) => ({ to, index, position: positionOf(index) }));
+    // A shard whose source splits itself reads its own range; every other run reads the whole list.
+    const itemsOf = (shard: { index: number; count: number } | undefined) => {
+      if (!shard || split !== 'source') return all;
+      const { from, to } = shardRange(shard.index, shard.count, all.length);
+      return all.slice(from, to);
+    };
+    const sourceOf = (items: typeof all) =>
+      resumable
+        ? resumableSource({
+            read: (after) =>
+              after === undefined ? items : items.filter((item) => item.index > indexOfPosition(after)),
+            position: (item: (typeof all)[number]) => item.position,
+          })
+        : items;
     const job = defineJob({
       id: JOB_ID,
       async run(ctx) {
         actor.epoch = ctx.epoch;
         if (plan.jobThrows === 'before') throw new Error('the job failed before its walk');
-        await ctx.onceEach(source, { key: (item) => item.to, concurrency }, (item, signal) =>
-          sender.send({ to: item.to, subject: `report ${WINDOW}`, text: 'your report' }, { signal }),
+        const bySource = ctx.shard !== undefined && split === 'source';
+        await ctx.onceEach(
+          sourceOf(itemsOf(ctx.shard)),
+          { key: (item) => item.to, concurrency, ...(bySource ? { split: 'source' as const } : {}) },
+          (item, signal) =>
+            sender.send({ to: item.to, subject: `report ${WINDOW}`, text: 'your report' }, { signal }),
         );
         if (plan.jobThrows === 'after') throw new Error('the job failed after its walk');
       },
@@ -330,7 +351,7 @@ class World implements NetworkWorld, QueueWorld {
       log: this.#log(actor),
       clock: actor.runtimeClock,
       options: runOptions(this.#scenario),
-      workQueue: this.queue.forReceipt(receipt, actor.name),
+      workQueue: this.queue.forReceipt(receipt, actor),
     });
     const deadline = plan.timeoutMs === undefined ? undefined : actor.clock.now() + plan.timeoutMs;
     const message = receipt.message;
@@ -339,11 +360,12 @@ class World implements NetworkWorld, QueueWorld {
     this.note(
       actor.name,
       `${actor.role === 'fire' ? 'fires' : 'continues'}: ${message.id} receive ${receipt.receiveCount}, ` +
+        (message.shard === undefined ? '' : `shard ${message.shard}, `) +
         `request ${requestId}, attempt ${message.attemptNumber}, clock ${plan.skewMs >= 0 ? '+' : ''}${plan.skewMs} ms` +
         (plan.timeoutMs === undefined ? '' : `, timeout ${plan.timeoutMs} ms`),
     );
     const event = {
-      ...schedulerEvent(JOB_ID, WINDOW, message.attemptNumber),
+      ...(message.body ?? schedulerEvent(JOB_ID, WINDOW, message.attemptNumber)),
       ...(receipt.receiveCount > 1 ? { continuation: true } : {}),
     };
     handler(event, {
