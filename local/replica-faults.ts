@@ -132,6 +132,9 @@ export function gatedBackend(
     unreserve: (claim, keyHash) => gate.pass(() => backend.ledger.unreserve(claim, keyHash)),
     read: (slot, keyHash) => gate.pass(() => backend.ledger.read(slot, keyHash)),
     list: (slot) => backend.ledger.list(slot),
+    recordProviderWord: (slot, keyHash, word) =>
+      gate.pass(() => backend.ledger.recordProviderWord(slot, keyHash, word)),
+    settleInDoubt: (slot, stale, to, now) => gate.pass(() => backend.ledger.settleInDoubt(slot, stale, to, now)),
   };
   return { claims, ledger, hashKey: backend.hashKey };
 }

@@ -3,6 +3,7 @@ import { EffectNotPerformedError, NotPerformedReason, StoreError } from '../erro
 import type { Claim, EffectLedger, ReserveOutcome, RunSummary } from '../slot/ports.js';
 import { MetricName } from '../telemetry/metric-names.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
+import { withEffectContext } from './effect-context.js';
 import type { EffectKeyHasher } from './effect-key.js';
 
 /** What became of one guarded effect. */
@@ -283,8 +284,17 @@ export class EffectRunner {
     attempt: number,
     perform: (signal: AbortSignal) => Promise<void>,
   ): Promise<EffectResult> {
+    const { slot, epoch } = this.#o.claim;
+    const context = {
+      jobId: slot.jobId,
+      window: slot.window,
+      keyHash,
+      epoch,
+      ...(slot.shard !== undefined ? { shard: slot.shard } : {}),
+    };
     try {
-      await perform(this.#o.signal);
+      // A sender tags its message with the effect it performs, so the provider's events can settle it.
+      await withEffectContext(context, () => perform(this.#o.signal));
     } catch (error) {
       this.#o.onEffectError?.(keyHash, error);
       if (error instanceof EffectNotPerformedError) return this.#refused(keyHash, attempt, error);
@@ -412,7 +422,7 @@ export class EffectRunner {
 
   #recordInDoubt(keyHash: string): void {
     this.#inDoubt++;
-    this.#o.metrics.count(MetricName.EffectInDoubt);
+    this.#o.metrics.count(MetricName.EffectInDoubtFound);
     if (this.#inDoubtKeys.length < LISTED_KEYS) this.#inDoubtKeys.push(keyHash);
   }
 

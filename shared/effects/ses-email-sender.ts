@@ -4,6 +4,7 @@ import { ConfigurationError } from '../errors.js';
 import { sendRateLimiterFromEnvironment } from '../job/environment-send-rate.js';
 import { RuntimeEnv } from '../job/runtime-env.js';
 import { withoutAddresses } from '../telemetry/safe-error-text.js';
+import { currentEffect, effectTags } from './effect-context.js';
 import type { EmailMessage, EmailSender } from './email-sender.js';
 import { takeSendSlot } from './send-slot.js';
 import { classifySesError } from './ses-error-classification.js';
@@ -35,8 +36,9 @@ export interface SesEmailSenderOptions {
   /** @default the system clock */
   readonly clock?: Clock;
   /**
-   * An SES configuration set for the messages (event publishing, suppression overrides).
-   * @default none
+   * An SES configuration set for the messages (event publishing, suppression overrides). With one
+   * that publishes send events to the job's recorder, the events settle effects left in doubt.
+   * @default none (`fromEnvironment`: SLOTGUARD_SES_CONFIGURATION_SET)
    */
   readonly configurationSetName?: string;
 }
@@ -79,7 +81,7 @@ export class SesEmailSender implements EmailSender {
 
   /**
    * A sender configured from the variables the ScheduledJob construct sets: SLOTGUARD_SES_FROM,
-   * SLOTGUARD_SEND_RATE, and SLOTGUARD_SEND_RATE_SCOPE. In a job's function the rate is the job's
+   * SLOTGUARD_SEND_RATE, SLOTGUARD_SEND_RATE_SCOPE and SLOTGUARD_SES_CONFIGURATION_SET. In a job's function the rate is the job's
    * total, shared by every worker sending at once (shards, continuations, a backfill next to a run)
    * through a SharedRateLimiter on the job's claims backend; with SLOTGUARD_SEND_RATE_SCOPE=process,
    * or outside a job (no SLOTGUARD_JOB_ID), each process keeps to it alone. See
@@ -110,7 +112,14 @@ export class SesEmailSender implements EmailSender {
         ratePerSecond: rate,
         ...(options.clock ? { clock: options.clock } : {}),
       });
-    return new SesEmailSender({ ...options, fromAddress, maxSendRatePerSecond: rate, rateLimiter });
+    const configurationSetName = options.configurationSetName ?? env[RuntimeEnv.sesConfigurationSet];
+    return new SesEmailSender({
+      ...options,
+      fromAddress,
+      maxSendRatePerSecond: rate,
+      rateLimiter,
+      ...(configurationSetName ? { configurationSetName } : {}),
+    });
   }
 
   /**
@@ -119,6 +128,7 @@ export class SesEmailSender implements EmailSender {
    */
   async send(message: EmailMessage, options: { signal?: AbortSignal } = {}): Promise<void> {
     await takeSendSlot(this.#limiter, options.signal, 'the SES send rate');
+    const effect = currentEffect();
     const command = new SendEmailCommand({
       FromEmailAddress: this.#fromAddress,
       Destination: { ToAddresses: [message.to] },
@@ -129,6 +139,9 @@ export class SesEmailSender implements EmailSender {
         },
       },
       ...(this.#configurationSetName ? { ConfigurationSetName: this.#configurationSetName } : {}),
+      // Which effect this message is (job, window, key hash, epoch): SES's events carry the tags back,
+      // and the recorder writes what SES said onto that effect's record.
+      ...(effect ? { EmailTags: effectTags(effect) } : {}),
     });
     try {
       this.#client ??= defaultSesClient();

@@ -1,6 +1,7 @@
 import nodemailer from 'nodemailer';
 import { EffectNotPerformedError, NotPerformedReason } from '../errors.js';
 import { safeErrorText, withoutAddresses } from '../telemetry/safe-error-text.js';
+import { currentEffect, effectHeaders } from './effect-context.js';
 import type { EmailMessage, EmailSender } from './email-sender.js';
 
 /** Options of `smtpSender`: the SMTP server and the From address. */
@@ -43,7 +44,16 @@ export function smtpSender(options: SmtpSenderOptions): EmailSender & { close():
   return {
     async send(message: EmailMessage) {
       try {
-        await transport.sendMail({ from, to: message.to, subject: message.subject, text: message.text });
+        const effect = currentEffect();
+        await transport.sendMail({
+          from,
+          to: message.to,
+          subject: message.subject,
+          text: message.text,
+          // The effect this message is, as SES would carry it in its tags: the server's log can
+          // settle an effect left in doubt, as SES's events do when deployed.
+          ...(effect ? { headers: effectHeaders(effect) } : {}),
+        });
       } catch (error) {
         throw classifySmtpError(error) ?? withoutAddresses(error);
       }

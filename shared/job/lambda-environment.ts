@@ -11,6 +11,7 @@ import {
   requiredVariable,
 } from './environment-backend.js';
 import { effectKeyRingFromEnvironment } from './environment-key-ring.js';
+import { AfterGrace } from './in-doubt-resolution.js';
 import type { JobDefinition } from './job-definition.js';
 import { JOB_DEFAULTS } from './job-spec.js';
 import { createJobHandler, initOnce, type JobHandler } from './lambda-handler.js';
@@ -98,7 +99,21 @@ function runOptionsFromEnvironment(env: Env) {
     retentionDays: wholeNumber(env, RuntimeEnv.retentionDays, JOB_DEFAULTS.retentionDays, 2, 'days'),
     ...(deadlineSeconds !== undefined ? { deadlineMs: deadlineSeconds * 1000 } : {}),
     shards: wholeNumber(env, RuntimeEnv.shards, 1, 1, 'shards'),
+    inDoubtResolution: {
+      graceMs: wholeNumber(env, RuntimeEnv.inDoubtGraceSeconds, 0, 0, 'seconds') * 1000,
+      afterGrace: afterGraceOf(env),
+    },
   } satisfies RunOptions;
+}
+
+function afterGraceOf(env: Env): AfterGrace {
+  const raw = env[RuntimeEnv.inDoubtAfterGrace];
+  if (raw === undefined || raw === '') return AfterGrace.Report;
+  if (raw === AfterGrace.Report || raw === AfterGrace.Resend) return raw;
+  throw new ConfigurationError(
+    RuntimeEnv.inDoubtAfterGrace,
+    `${RuntimeEnv.inDoubtAfterGrace} is ${JSON.stringify(raw)}; set 'report' (leave it in doubt, the default) or 'resend'`,
+  );
 }
 
 function workQueueUrlOf(env: Env): string | undefined {

@@ -36,10 +36,16 @@ import { MetricName } from '../telemetry/metric-names.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
 import { safeErrorText } from '../telemetry/safe-error-text.js';
 import { Checkpointer } from './checkpointer.js';
+import {
+  type InDoubtResolution,
+  type ResolutionPass,
+  resolveInDoubt,
+  resolveInDoubtResolution,
+} from './in-doubt-resolution.js';
 import type { JobContext, JobDefinition } from './job-definition.js';
 import { JOB_DEFAULTS } from './job-spec.js';
 import { LeaseKeeper } from './lease-keeper.js';
-import { tallyWindow, windowSummary } from './window-tally.js';
+import { tallyWindow, type WindowTally, windowSummary } from './window-tally.js';
 
 const DAY_MS = 86_400_000;
 const HOUR_MS = 3_600_000;
@@ -96,6 +102,12 @@ export interface RunOptions {
   readonly retentionDays?: number;
   /** @default 'report' */
   readonly inDoubtPolicy?: InDoubtPolicy;
+  /**
+   * How effects left in doubt are settled from the provider's word before the window finishes
+   * (docs/design.md, "In doubt, resolved from the provider's record").
+   * @default no grace period; effects still in doubt after the words are applied are reported
+   */
+  readonly inDoubtResolution?: InDoubtResolution;
   /** @default 25 */
   readonly markBatchSize?: number;
   /** @default 1_000 */
@@ -768,11 +780,18 @@ async function finishWalked(run: RunState): Promise<RunResult> {
   const { backend, clock, metrics, log, slot } = args;
   const summary = effects.summary();
   const now = clock.now();
-  const tally = await tallyWindow(backend.ledger, slot, now);
+  const { tally, resolved } = await tallyResolved(run, now);
   const deadline = claim.window.deadline;
-  if (tally.waiting > 0 && now <= deadline) {
-    // Not before the earliest retry; at the deadline at the latest, where the window finishes.
-    const resumeAfter = Math.min(Math.max(tally.earliestRetryAt ?? now, now), deadline + 1);
+  // Effects in doubt whose provider has not spoken yet hold the window open until their grace ends.
+  const awaitingWordUntil = resolved.awaiting > 0 ? resolved.lookAgainAt : undefined;
+  if ((tally.waiting > 0 || awaitingWordUntil !== undefined) && now <= deadline) {
+    // Not before the earliest retry or look for a word; at the deadline at the latest, where the
+    // window finishes.
+    const wake = Math.min(
+      tally.waiting > 0 ? (tally.earliestRetryAt ?? now) : Number.POSITIVE_INFINITY,
+      awaitingWordUntil ?? Number.POSITIVE_INFINITY,
+    );
+    const resumeAfter = Math.min(Math.max(wake, now), deadline + 1);
     const released = await backend.claims.release(
       claim,
       {
@@ -787,12 +806,18 @@ async function finishWalked(run: RunState): Promise<RunResult> {
     );
     if (released.kind === 'fenced') return { status: 'fenced', epoch: claim.epoch, summary };
     metrics.count(MetricName.RunYielded);
-    log.info('walk finished; refused effects wait for their retry', {
-      window: slot.window,
-      ...summary,
-      waiting: tally.waiting,
-      resumeAfter: new Date(resumeAfter).toISOString(),
-    });
+    log.info(
+      tally.waiting > 0
+        ? 'walk finished; refused effects wait for their retry'
+        : "walk finished; effects in doubt wait for the provider's word",
+      {
+        window: slot.window,
+        ...summary,
+        waiting: tally.waiting,
+        awaitingWord: resolved.awaiting,
+        resumeAfter: new Date(resumeAfter).toISOString(),
+      },
+    );
     return { status: 'yielded', epoch: claim.epoch, summary, reason: 'retry-wait', resumeAfter };
   }
   const window = windowSummary(tally, claim.epoch);
@@ -812,10 +837,47 @@ async function finishWalked(run: RunState): Promise<RunResult> {
     // Their retry did not come before the deadline: counted failed now, and paged as such.
     metrics.count(MetricName.EffectFailed, tally.waiting);
   }
+  // What no word and no grace period could settle: a person decides (it pages).
+  if (tally.inDoubt > 0) metrics.count(MetricName.EffectInDoubt, tally.inDoubt);
   const fields = { window: slot.window, state, run: { ...summary }, totals: window };
   if (state === 'PARTIAL') log.error('window finished with effects that failed for good', fields);
   else log.info('window completed', fields);
   return { status: 'completed', state, epoch: claim.epoch, summary, window };
+}
+
+/**
+ * Counts the window's (or shard's) records, after settling what the provider's word settles among
+ * those in doubt; counted again whenever a pass settled something, so the totals are what is on
+ * record. A pass takes at most IN_DOUBT_RECORDS_PER_PASS records, so a huge backlog takes several.
+ */
+async function tallyResolved(
+  run: RunState,
+  now: number,
+): Promise<{ tally: WindowTally; resolved: ResolutionPass }> {
+  const { args, o } = run;
+  const { backend, slot, metrics, log } = args;
+  let tally = await tallyWindow(backend.ledger, slot, now);
+  let resolved: ResolutionPass = { confirmed: 0, rejected: 0, resent: 0, awaiting: 0 };
+  while (tally.inDoubtRecords.length > 0) {
+    const pass = await resolveInDoubt({
+      ledger: backend.ledger,
+      slot,
+      inDoubt: tally.inDoubtRecords,
+      resolution: o.inDoubtResolution,
+      now,
+      metrics,
+      log,
+    });
+    resolved = {
+      ...pass,
+      confirmed: resolved.confirmed + pass.confirmed,
+      rejected: resolved.rejected + pass.rejected,
+      resent: resolved.resent + pass.resent,
+    };
+    if (pass.confirmed + pass.rejected + pass.resent === 0) break;
+    tally = await tallyWindow(backend.ledger, slot, now);
+  }
+  return { tally, resolved };
 }
 
 /** Claimed after its deadline: finish what only waits for retries, give up on the rest. */
@@ -997,6 +1059,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
     maxAttempts: options.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
     retentionDays: options.retentionDays ?? JOB_DEFAULTS.retentionDays,
     inDoubtPolicy: options.inDoubtPolicy ?? InDoubtPolicy.Report,
+    inDoubtResolution: resolveInDoubtResolution(options.inDoubtResolution),
     markBatchSize: options.markBatchSize ?? 25,
     markFlushMs: options.markFlushMs ?? 1_000,
     deadlineMs: options.deadlineMs ?? 6 * HOUR_MS,

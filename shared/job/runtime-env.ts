@@ -24,6 +24,18 @@ export const RuntimeEnv = {
    * its claims backend; `process`, each Lambda on its own. Default `job` where SLOTGUARD_JOB_ID is set.
    */
   sendRateScope: 'SLOTGUARD_SEND_RATE_SCOPE',
+  /**
+   * The SES configuration set the job's emails go through: it publishes their send events, tagged
+   * with the effect each message is, to the job's recorder (docs/design.md, "In doubt, resolved").
+   */
+  sesConfigurationSet: 'SLOTGUARD_SES_CONFIGURATION_SET',
+  /**
+   * Seconds to wait for the provider's word on an effect left in doubt before judging it without
+   * one (InDoubtResolution.graceMs); unset: 0, nothing to wait for.
+   */
+  inDoubtGraceSeconds: 'SLOTGUARD_IN_DOUBT_GRACE_SECONDS',
+  /** What becomes of an in-doubt effect still without a word after the grace period: `report` or `resend`. */
+  inDoubtAfterGrace: 'SLOTGUARD_IN_DOUBT_AFTER_GRACE',
   /** Points the DynamoDB client at another endpoint (dynalite locally). */
   dynamodbEndpoint: 'DYNAMODB_ENDPOINT',
   /**

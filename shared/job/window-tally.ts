@@ -1,8 +1,11 @@
-import { type EffectLedger, EffectState, type WindowSummary } from '../slot/ports.js';
+import { type EffectLedger, type EffectRecord, EffectState, type WindowSummary } from '../slot/ports.js';
 import type { Slot } from '../slot/slot.js';
 
 /** The most hashed keys a window summary lists per list; the counts are always exact. */
 const LISTED_KEYS = 50;
+
+/** The most in-doubt records one tally hands to a resolution pass; a later pass takes the rest. */
+export const IN_DOUBT_RECORDS_PER_PASS = 5_000;
 
 /** A window's effect records, counted: what it came to so far, and what still waits for a retry. */
 export interface WindowTally {
@@ -19,6 +22,8 @@ export interface WindowTally {
   readonly inDoubtKeys: readonly string[];
   readonly failedKeys: readonly string[];
   readonly waitingKeys: readonly string[];
+  /** The in-doubt (RESERVED) records themselves, at most IN_DOUBT_RECORDS_PER_PASS: what resolution reads. */
+  readonly inDoubtRecords: readonly EffectRecord[];
 }
 
 /**
@@ -38,6 +43,7 @@ export async function tallyWindow(ledger: EffectLedger, slot: Slot, now: number)
   const inDoubtKeys: string[] = [];
   const failedKeys: string[] = [];
   const waitingKeys: string[] = [];
+  const inDoubtRecords: EffectRecord[] = [];
   for await (const record of ledger.list(slot)) {
     // A shard counts its own: the ledger is the window's, and every shard writes to it.
     if (slot.shard !== undefined && record.shard !== slot.shard) continue;
@@ -48,6 +54,7 @@ export async function tallyWindow(ledger: EffectLedger, slot: Slot, now: number)
       case EffectState.Reserved:
         inDoubt++;
         if (inDoubtKeys.length < LISTED_KEYS) inDoubtKeys.push(record.keyHash);
+        if (inDoubtRecords.length < IN_DOUBT_RECORDS_PER_PASS) inDoubtRecords.push(record);
         break;
       case EffectState.Failed:
         if (record.retryAt === undefined) {
@@ -75,6 +82,7 @@ export async function tallyWindow(ledger: EffectLedger, slot: Slot, now: number)
     inDoubtKeys,
     failedKeys,
     waitingKeys,
+    inDoubtRecords,
   };
 }
 

@@ -335,7 +335,35 @@ export interface EffectRecord {
   readonly reason?: string;
   /** The shard whose run wrote it, in a sharded window: epochs compare only within one shard. */
   readonly shard?: number;
+  /** When the reservation was made, by the reserving run's clock (epoch ms). */
+  readonly reservedAt?: number;
+  /** What the provider said of the message this reservation sent, if it said anything yet. */
+  readonly provider?: ProviderWord;
 }
+
+/**
+ * The provider's own record of a message an effect sent, from its events (SES: Send, Delivery,
+ * Bounce, Complaint mean it accepted the message; Reject and Rendering Failure mean it did not).
+ */
+export interface ProviderWord {
+  readonly outcome: 'accepted' | 'rejected';
+  /** The provider's event type, as it named it (`Send`, `Delivery`, `Reject`…). */
+  readonly event: string;
+  readonly messageId?: string;
+  /** When the provider says it happened (epoch ms). */
+  readonly at: number;
+  /** The epoch whose send the event is about: a word only ever applies to that reservation. */
+  readonly epoch: number;
+}
+
+/** What recording a provider's word came to. */
+export type ProviderWordOutcome =
+  /** Written on the effect's record (or the record already had it: a duplicated event). */
+  | 'recorded'
+  /** The effect is DONE already: nothing to settle, nothing written. */
+  | 'done'
+  /** No such effect, or its record is of another epoch's reservation: nothing written. */
+  | 'unknown';
 
 /** A refusal to record: the attempt that was refused, and when (if ever) to try again. */
 export interface EffectFailure {
@@ -393,4 +421,17 @@ export interface EffectLedger {
   read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined>;
   /** Lists every effect record of a slot, for the window's summary, operators and tests. */
   list(slot: Slot): AsyncIterable<EffectRecord>;
+  /**
+   * Writes what the provider said of an effect's message onto its record: only on a RESERVED or
+   * FAILED record of the word's epoch, never on a DONE one; an `accepted` word is never replaced by
+   * a `rejected` one (SES may report both for one message: Send, then Bounce).
+   */
+  recordProviderWord(slot: Slot, keyHash: string, word: ProviderWord): Promise<ProviderWordOutcome>;
+  /**
+   * Settles a reservation left in doubt, conditioned on it being exactly `stale` still (state,
+   * epoch, owner): `done` when the provider accepted its message; `retry` (FAILED, due at `now`, one
+   * attempt more) when it did not, or by the job's policy after the grace period, so the window's
+   * retry sends it. Answers whether it was written.
+   */
+  settleInDoubt(slot: Slot, stale: EffectRecord, to: 'done' | 'retry', now: number): Promise<boolean>;
 }

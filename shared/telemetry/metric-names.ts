@@ -21,8 +21,24 @@ export const MetricName = {
   EffectDone: 'EffectDone',
   /** An effect was found done by an earlier run and skipped. */
   EffectSkipped: 'EffectSkipped',
-  /** An effect was reserved by an earlier epoch and never marked done: it may or may not have happened. */
+  /**
+   * Effects still in doubt when their window (or shard) finished: reserved, never recorded done,
+   * and not settled by the provider's word within the grace period. Counted once, at the finish.
+   * Pages: a person must check before anyone re-sends.
+   */
   EffectInDoubt: 'EffectInDoubt',
+  /**
+   * A run met an effect whose outcome it cannot know (an earlier run reserved it and never recorded
+   * it, or the send failed in a way that may have happened). Provisional: the provider's word may
+   * settle it before the window finishes. Not alarmed.
+   */
+  EffectInDoubtFound: 'EffectInDoubtFound',
+  /** An in-doubt effect the provider's word confirmed it accepted: recorded done, not sent again. */
+  InDoubtConfirmed: 'InDoubtConfirmed',
+  /** An in-doubt effect the provider said it did not accept (SES Reject): due for a retry. */
+  InDoubtRejected: 'InDoubtRejected',
+  /** An in-doubt effect with no word past the grace period, sent again by the job's opt-in policy. */
+  InDoubtResent: 'InDoubtResent',
   /**
    * An effect failed for good: refused on its last allowed attempt (or its key was unusable), so it
    * was not performed. Pages: somebody did not get their email.

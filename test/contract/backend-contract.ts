@@ -577,6 +577,104 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
     });
   });
 
+  describe(`${name}: the provider's word`, () => {
+    /** A window whose run `a` (epoch 1) reserved k1 and died; `b` (epoch 2) took it over. */
+    async function leftInDoubt() {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 + 10 });
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      return { claims, ledger, slot, a, b };
+    }
+    const accepted = { outcome: 'accepted', event: 'Send', messageId: 'm-1', at: T0 + 20, epoch: 1 } as const;
+    const rejected = { outcome: 'rejected', event: 'Reject', at: T0 + 30, epoch: 1 } as const;
+
+    it('stores when a reservation was made and what the provider said of its message', async () => {
+      const { ledger, slot } = await leftInDoubt();
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'RESERVED', reservedAt: T0 + 10 });
+      expect(await ledger.recordProviderWord(slot, 'k1', accepted)).toBe('recorded');
+      // A duplicated event finds its own word: recorded again, nothing changes.
+      expect(await ledger.recordProviderWord(slot, 'k1', accepted)).toBe('recorded');
+      expect((await ledger.read(slot, 'k1'))?.provider).toEqual(accepted);
+    });
+
+    it('never lets a rejection replace an acceptance, but lets an acceptance replace a rejection', async () => {
+      const { ledger, slot } = await leftInDoubt();
+      expect(await ledger.recordProviderWord(slot, 'k1', rejected)).toBe('recorded');
+      expect(await ledger.recordProviderWord(slot, 'k1', accepted)).toBe('recorded');
+      expect(await ledger.recordProviderWord(slot, 'k1', { ...rejected, event: 'Bounce' })).toBe('recorded');
+      expect((await ledger.read(slot, 'k1'))?.provider).toEqual(accepted);
+    });
+
+    it("writes a word only on its own epoch's reservation, never on a done record or a missing one", async () => {
+      const { ledger, slot, b } = await leftInDoubt();
+      expect(await ledger.recordProviderWord(slot, 'k1', { ...accepted, epoch: 2 })).toBe('unknown');
+      expect(await ledger.recordProviderWord(slot, 'nobody', accepted)).toBe('unknown');
+      expect(await ledger.read(slot, 'nobody')).toBeUndefined();
+      await ledger.reserve(b, 'k2', { rerunInDoubt: false, now: T0 });
+      await ledger.markDone(b, ['k2']);
+      expect(await ledger.recordProviderWord(slot, 'k2', { ...accepted, epoch: 2 })).toBe('done');
+      expect((await ledger.read(slot, 'k2'))?.provider).toBeUndefined();
+      expect((await ledger.read(slot, 'k1'))?.provider).toBeUndefined();
+    });
+
+    it('settles an accepted in-doubt effect done: no later run sends it', async () => {
+      const { ledger, slot, b } = await leftInDoubt();
+      await ledger.recordProviderWord(slot, 'k1', accepted);
+      const stale = await ledger.read(slot, 'k1');
+      if (!stale) throw new Error('k1 not reserved');
+      expect(await ledger.settleInDoubt(slot, stale, 'done', T0 + LEASE + 2)).toBe(true);
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'DONE', provider: accepted });
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: true, now: T0 + LEASE + 3 })).toEqual({
+        kind: 'done',
+      });
+    });
+
+    it('settles a never-accepted in-doubt effect as a refusal due now, so the next reservation sends it', async () => {
+      const { ledger, slot, b } = await leftInDoubt();
+      const stale = await ledger.read(slot, 'k1');
+      if (!stale) throw new Error('k1 not reserved');
+      const now = T0 + LEASE + 2;
+      expect(await ledger.settleInDoubt(slot, stale, 'retry', now)).toBe(true);
+      expect(await ledger.read(slot, 'k1')).toMatchObject({
+        state: 'FAILED',
+        attempts: 1,
+        retryAt: now,
+        reason: 'not-accepted',
+      });
+      expect(await ledger.reserve(b, 'k1', { rerunInDoubt: false, now })).toEqual({
+        kind: 'reserved',
+        rerun: false,
+        attempt: 2,
+      });
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 2, owner: 'b' });
+    });
+
+    it('settles only the exact reservation it read: one of several resolvers wins', async () => {
+      const { ledger, slot } = await leftInDoubt();
+      const stale = await ledger.read(slot, 'k1');
+      if (!stale) throw new Error('k1 not reserved');
+      const settled = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          ledger.settleInDoubt(slot, stale, i % 2 ? 'done' : 'retry', T0 + LEASE + 2),
+        ),
+      );
+      expect(settled.filter(Boolean)).toHaveLength(1);
+      expect(['DONE', 'FAILED']).toContain((await ledger.read(slot, 'k1'))?.state);
+    });
+
+    it('leaves alone a record re-run since it was read: the stale reservation is gone', async () => {
+      const { ledger, slot, b } = await leftInDoubt();
+      const stale = await ledger.read(slot, 'k1');
+      if (!stale) throw new Error('k1 not reserved');
+      await ledger.reserve(b, 'k1', { rerunInDoubt: true, now: T0 + LEASE + 1 });
+      expect(await ledger.settleInDoubt(slot, stale, 'done', T0 + LEASE + 2)).toBe(false);
+      expect(await ledger.settleInDoubt(slot, stale, 'retry', T0 + LEASE + 2)).toBe(false);
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 2, owner: 'b' });
+    });
+  });
+
   describe(`${name}: sharded windows`, () => {
     it("stores a window's shard count at its first claim; a changed setting never re-splits it", async () => {
       const { claims } = await makeBackend();

@@ -25,6 +25,8 @@ function ledgerWith(ledger: EffectLedger, override: Partial<EffectLedger>): Effe
     unreserve: (...args) => ledger.unreserve(...args),
     read: (...args) => ledger.read(...args),
     list: (...args) => ledger.list(...args),
+    recordProviderWord: (...args) => ledger.recordProviderWord(...args),
+    settleInDoubt: (...args) => ledger.settleInDoubt(...args),
     ...override,
   };
 }

@@ -7,6 +7,7 @@ import {
   GetItemCommand,
   PutItemCommand,
   QueryCommand,
+  UpdateItemCommand,
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '../../errors.js';
@@ -16,11 +17,13 @@ import type {
   EffectFailure,
   EffectLedger,
   EffectRecord,
+  ProviderWord,
+  ProviderWordOutcome,
   ReserveOptions,
   ReserveOutcome,
 } from '../../slot/ports.js';
 import { EffectState } from '../../slot/ports.js';
-import { canonicalClaim, canonicalSlot, type Slot } from '../../slot/slot.js';
+import { canonicalClaim, canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
 import { conflictItem, num, str } from './attribute-values.js';
 import { EFFECT_SHARDS, effectPartitionKey, effectShardPartitionKey, TableLayout } from './table-layout.js';
 
@@ -79,7 +82,7 @@ export class DynamoEffectLedger implements EffectLedger {
     // keeps changing under us gives up after a few rounds, as the store failing would.
     for (let round = 1; round <= 5; round++) {
       try {
-        await this.#put(claim, keyHash, EffectState.Reserved, condition, values, attempts);
+        await this.#put(claim, keyHash, EffectState.Reserved, condition, values, attempts, options.now);
         return { kind: 'reserved', rerun: false, attempt: attempts + 1 };
       } catch (error) {
         if (!(error instanceof ConditionalCheckFailedException)) throw storeError('reserve', claim, error);
@@ -93,7 +96,7 @@ export class DynamoEffectLedger implements EffectLedger {
           continue;
         }
         const outcome = reserveOutcomeOfConflict(current, claim, options);
-        if (outcome.kind === 'take-over') return this.#takeOver(claim, keyHash, outcome.current);
+        if (outcome.kind === 'take-over') return this.#takeOver(claim, keyHash, outcome.current, options.now);
         if (outcome.kind !== 'retry') return outcome;
         // An item stores `attempts` only above 0: a send cancelled before its first attempt is
         // FAILED without it, and `#attempts = :attempts` would never match that item.
@@ -243,8 +246,105 @@ export class DynamoEffectLedger implements EffectLedger {
     }
   }
 
+  /*
+   * Timeline of a provider's word: UpdateItem SET provider attributes, only on the reservation the
+   * word is about (its epoch), never on DONE; an accepted word replaces a rejection, not the other
+   * way round (SES reports a Send, then maybe a Bounce). Events come late, twice, or never: a
+   * duplicate finds its own word and is 'recorded' again, harmlessly.
+   */
+  async recordProviderWord(slot: Slot, keyHash: string, word: ProviderWord): Promise<ProviderWordOutcome> {
+    const window = windowSlot(canonicalSlot(slot));
+    const guard =
+      word.outcome === 'accepted'
+        ? '(attribute_not_exists(#pOutcome) OR #pOutcome = :rejected)'
+        : 'attribute_not_exists(#pOutcome)';
+    try {
+      await this.#client.send(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: this.#key(window, keyHash),
+          UpdateExpression:
+            'SET #pOutcome = :outcome, #pEvent = :event, #pAt = :at, #pMessageId = :messageId',
+          ConditionExpression: `attribute_exists(#state) AND #epoch = :epoch AND #state <> :done AND ${guard}`,
+          ExpressionAttributeNames: {
+            '#state': 'state',
+            '#epoch': 'epoch',
+            '#pOutcome': PROVIDER.outcome,
+            '#pEvent': PROVIDER.event,
+            '#pAt': PROVIDER.at,
+            '#pMessageId': PROVIDER.messageId,
+          },
+          ExpressionAttributeValues: {
+            ':outcome': str(word.outcome),
+            ':event': str(word.event),
+            ':at': num(word.at),
+            ':messageId': str(word.messageId ?? ''),
+            ':epoch': num(word.epoch),
+            ':done': str(EffectState.Done),
+            ...(word.outcome === 'accepted' ? { ':rejected': str('rejected') } : {}),
+          },
+          ...(this.#returnOld ? { ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const } : {}),
+        }),
+      );
+      return 'recorded';
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException))
+        throw storeError('recordProviderWord', window, error);
+      const item = conflictItem(error);
+      const current = item ? toRecord(keyHash, item) : await this.read(window, keyHash);
+      if (current?.state === EffectState.Done) return 'done';
+      return current?.epoch === word.epoch && current.provider?.outcome === 'accepted'
+        ? 'recorded'
+        : 'unknown';
+    }
+  }
+
+  async settleInDoubt(slot: Slot, stale: EffectRecord, to: 'done' | 'retry', now: number): Promise<boolean> {
+    const window = windowSlot(canonicalSlot(slot));
+    const settled: { update: string; values: Record<string, AttributeValue> } =
+      to === 'done'
+        ? { update: 'SET #state = :next', values: { ':next': str(EffectState.Done) } }
+        : {
+            update: 'SET #state = :next, #attempts = :attempts, #retryAt = :now, #reason = :reason',
+            values: {
+              ':next': str(EffectState.Failed),
+              ':attempts': num(stale.attempts + 1),
+              ':now': num(now),
+              ':reason': str('not-accepted'),
+            },
+          };
+    try {
+      await this.#client.send(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: this.#key(window, stale.keyHash),
+          UpdateExpression: settled.update,
+          ConditionExpression: '#state = :reserved AND #epoch = :epoch AND #owner = :owner',
+          ExpressionAttributeNames: {
+            '#state': 'state',
+            '#epoch': 'epoch',
+            '#owner': 'owner',
+            ...(to === 'retry'
+              ? { '#attempts': 'attempts', '#retryAt': 'retryAt', '#reason': 'reason' }
+              : {}),
+          },
+          ExpressionAttributeValues: {
+            ...settled.values,
+            ':reserved': str(EffectState.Reserved),
+            ':epoch': num(stale.epoch),
+            ':owner': str(stale.owner),
+          },
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException) return false;
+      throw storeError('settleInDoubt', window, error);
+    }
+  }
+
   /** The opt-in re-run of an in-doubt effect: replace that exact stale reservation, or lose the race. */
-  async #takeOver(claim: Claim, keyHash: string, stale: EffectRecord): Promise<ReserveOutcome> {
+  async #takeOver(claim: Claim, keyHash: string, stale: EffectRecord, now: number): Promise<ReserveOutcome> {
     try {
       await this.#put(
         claim,
@@ -257,6 +357,7 @@ export class DynamoEffectLedger implements EffectLedger {
           ':staleOwner': str(stale.owner),
         },
         stale.attempts,
+        now,
       );
       return { kind: 'reserved', rerun: true, attempt: stale.attempts + 1 };
     } catch (error) {
@@ -276,7 +377,8 @@ export class DynamoEffectLedger implements EffectLedger {
     state: EffectState,
     condition: string,
     values: Record<string, AttributeValue>,
-    attempts = 0,
+    attempts: number,
+    reservedAt: number,
   ) {
     const names: Record<string, string> = { '#state': 'state' };
     if (condition.includes('#epoch')) names['#epoch'] = 'epoch';
@@ -285,7 +387,7 @@ export class DynamoEffectLedger implements EffectLedger {
     return this.#client.send(
       new PutItemCommand({
         TableName: this.#table,
-        Item: this.#item(claim, keyHash, state, attempts),
+        Item: { ...this.#item(claim, keyHash, state, attempts), reservedAt: num(reservedAt) },
         ConditionExpression: condition,
         ExpressionAttributeNames: names,
         ...(Object.keys(values).length > 0 ? { ExpressionAttributeValues: values } : {}),
@@ -315,6 +417,24 @@ export class DynamoEffectLedger implements EffectLedger {
   }
 }
 
+/** The attributes a provider's word is stored in on an effect item. */
+const PROVIDER = { outcome: 'pOutcome', event: 'pEvent', at: 'pAt', messageId: 'pMessageId' } as const;
+
+function providerWordOf(item: Record<string, AttributeValue>): { provider: ProviderWord } | undefined {
+  const outcome = item[PROVIDER.outcome]?.S;
+  if (outcome !== 'accepted' && outcome !== 'rejected') return undefined;
+  const messageId = item[PROVIDER.messageId]?.S;
+  return {
+    provider: {
+      outcome,
+      event: item[PROVIDER.event]?.S ?? '',
+      at: Number(item[PROVIDER.at]?.N ?? 0),
+      epoch: Number(item.epoch?.N ?? 0),
+      ...(messageId ? { messageId } : {}),
+    },
+  };
+}
+
 function toRecord(keyHash: string, item: Record<string, AttributeValue>): EffectRecord {
   return {
     keyHash,
@@ -325,6 +445,8 @@ function toRecord(keyHash: string, item: Record<string, AttributeValue>): Effect
     ...(item.retryAt?.N !== undefined ? { retryAt: Number(item.retryAt.N) } : {}),
     ...(item.reason?.S !== undefined ? { reason: item.reason.S } : {}),
     ...(item.shard?.N !== undefined ? { shard: Number(item.shard.N) } : {}),
+    ...(item.reservedAt?.N !== undefined ? { reservedAt: Number(item.reservedAt.N) } : {}),
+    ...(providerWordOf(item) ?? {}),
   };
 }
 
@@ -334,15 +456,17 @@ function backoff(round: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, Math.random() * ceiling));
 }
 
-function describeSlot(claim: Claim): string {
-  return `slot ${claim.slot.jobId} ${claim.slot.window} (epoch ${claim.epoch})`;
+function describeSlot(of: Claim | Slot): string {
+  return 'epoch' in of
+    ? `slot ${of.slot.jobId} ${of.slot.window} (epoch ${of.epoch})`
+    : `slot ${of.jobId} ${of.window}`;
 }
 
-function storeError(operation: string, claim: Claim, cause: unknown): StoreError {
+function storeError(operation: string, of: Claim | Slot, cause: unknown): StoreError {
   const detail = cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause);
   return new StoreError(
     operation,
-    `DynamoDB ${operation} of an effect of ${describeSlot(claim)} failed after the client's retries (${detail})`,
+    `DynamoDB ${operation} of an effect of ${describeSlot(of)} failed after the client's retries (${detail})`,
     { cause },
   );
 }

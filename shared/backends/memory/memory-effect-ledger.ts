@@ -5,11 +5,13 @@ import type {
   EffectFailure,
   EffectLedger,
   EffectRecord,
+  ProviderWord,
+  ProviderWordOutcome,
   ReserveOptions,
   ReserveOutcome,
 } from '../../slot/ports.js';
 import { EffectState } from '../../slot/ports.js';
-import { canonicalClaim, canonicalSlot, type Slot } from '../../slot/slot.js';
+import { canonicalClaim, canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
 import type { Condition, EffectItem, MemoryTable, StoreOperation, WriteResult } from './memory-table.js';
 import type { MemoryRequest, MemoryTransport } from './memory-transport.js';
 
@@ -63,7 +65,7 @@ export class MemoryEffectLedger implements EffectLedger {
     options: ReserveOptions,
     issuedAt: number,
   ): Promise<ReserveOutcome> {
-    let result = await this.#put(claim, keyHash, absent, 0, issuedAt);
+    let result = await this.#put(claim, keyHash, absent, 0, issuedAt, options.now);
     // Each round either writes or meets a record someone changed since the last read; a key
     // everyone keeps changing gives up after a few rounds, as a store error would.
     for (let round = 1; ; round++) {
@@ -71,12 +73,13 @@ export class MemoryEffectLedger implements EffectLedger {
       const current = result.item ? toRecord(keyHash, result.item) : await this.read(claim.slot, keyHash);
       if (!current) {
         // Unreserved in between: try the plain reservation again.
-        result = await this.#put(claim, keyHash, absent, 0, issuedAt);
+        result = await this.#put(claim, keyHash, absent, 0, issuedAt, options.now);
       } else {
         const outcome = reserveOutcomeOfConflict(current, claim, options);
-        if (outcome.kind === 'take-over') return this.#takeOver(claim, keyHash, outcome.current, issuedAt);
+        if (outcome.kind === 'take-over')
+          return this.#takeOver(claim, keyHash, outcome.current, issuedAt, options.now);
         if (outcome.kind !== 'retry') return outcome;
-        result = await this.#put(claim, keyHash, failedAs(current), current.attempts, issuedAt);
+        result = await this.#put(claim, keyHash, failedAs(current), current.attempts, issuedAt, options.now);
         if (result.committed) return { kind: 'reserved', rerun: false, attempt: current.attempts + 1 };
       }
       if (round === 5) {
@@ -155,8 +158,9 @@ export class MemoryEffectLedger implements EffectLedger {
     keyHash: string,
     stale: EffectRecord,
     issuedAt: number,
+    now: number,
   ): Promise<ReserveOutcome> {
-    const result = await this.#put(claim, keyHash, reservedBy(stale), stale.attempts, issuedAt);
+    const result = await this.#put(claim, keyHash, reservedBy(stale), stale.attempts, issuedAt, now);
     if (result.committed) return { kind: 'reserved', rerun: true, attempt: stale.attempts + 1 };
     const current = await this.read(claim.slot, keyHash);
     if (current?.state === EffectState.Done) return { kind: 'done' };
@@ -176,15 +180,70 @@ export class MemoryEffectLedger implements EffectLedger {
     condition: Condition<EffectItem>,
     attempts: number,
     issuedAt: number,
+    reservedAt: number,
   ): Promise<WriteResult<EffectItem>> {
     return this.#write(
       'reserve',
       claim,
       keyHash,
       condition,
-      () => ({ ...this.#item(claim, EffectState.Reserved), ...(attempts > 0 ? { attempts } : {}) }),
+      () => ({
+        ...this.#item(claim, EffectState.Reserved),
+        reservedAt,
+        ...(attempts > 0 ? { attempts } : {}),
+      }),
       issuedAt,
     );
+  }
+
+  async recordProviderWord(slot: Slot, keyHash: string, word: ProviderWord): Promise<ProviderWordOutcome> {
+    const window = windowSlot(canonicalSlot(slot));
+    const current = this.#table.getEffect(window, keyHash);
+    if (current?.state === EffectState.Done) return 'done';
+    // Only on the reservation the word is about; an accepted word is never replaced by a rejection.
+    const result = await this.#send({ operation: 'recordProviderWord', slot: window, keyHash }, () =>
+      this.#table.updateEffect(keyHash, {
+        operation: 'recordProviderWord',
+        slot: window,
+        issuedAt: this.#table.version,
+        condition: wordApplies(word),
+        write: (item) => (item ? { ...item, provider: word } : undefined),
+        returnOldOnConflict: true,
+      }),
+    );
+    if (result.committed) return 'recorded';
+    if (result.item?.state === EffectState.Done) return 'done';
+    return result.item?.provider?.outcome === 'accepted' && result.item.epoch === word.epoch
+      ? 'recorded'
+      : 'unknown';
+  }
+
+  async settleInDoubt(slot: Slot, stale: EffectRecord, to: 'done' | 'retry', now: number): Promise<boolean> {
+    const window = windowSlot(canonicalSlot(slot));
+    const result = await this.#send(
+      { operation: 'settleInDoubt', slot: window, keyHash: stale.keyHash },
+      () =>
+        this.#table.updateEffect(stale.keyHash, {
+          operation: 'settleInDoubt',
+          slot: window,
+          issuedAt: this.#table.version,
+          condition: reservedBy(stale),
+          write: (item) =>
+            item
+              ? to === 'done'
+                ? { ...item, state: EffectState.Done }
+                : {
+                    ...item,
+                    state: EffectState.Failed,
+                    attempts: stale.attempts + 1,
+                    retryAt: now,
+                    reason: 'not-accepted',
+                  }
+              : undefined,
+          returnOldOnConflict: this.#returnOld,
+        }),
+    );
+    return result.committed;
   }
 
   #write(
@@ -225,6 +284,21 @@ export class MemoryEffectLedger implements EffectLedger {
       throw storeError(request.operation, request.slot, request.by?.epoch, error);
     }
   }
+}
+
+/**
+ * `#epoch = :epoch AND #state <> :done AND (attribute_not_exists(#pOutcome) OR #pOutcome = :rejected)`
+ * for an accepted word; `… AND attribute_not_exists(#pOutcome)` for a rejection.
+ */
+function wordApplies(word: ProviderWord): Condition<EffectItem> {
+  return {
+    expression: `#epoch = :epoch AND #state <> :done AND ${word.outcome === 'accepted' ? '(attribute_not_exists(#pOutcome) OR #pOutcome = :rejected)' : 'attribute_not_exists(#pOutcome)'}`,
+    holds: (item) =>
+      item !== undefined &&
+      item.epoch === word.epoch &&
+      item.state !== EffectState.Done &&
+      (item.provider === undefined || (word.outcome === 'accepted' && item.provider.outcome === 'rejected')),
+  };
 }
 
 /** `attribute_not_exists(#state)` */
@@ -268,6 +342,8 @@ function toRecord(keyHash: string, item: EffectItem): EffectRecord {
     ...(item.retryAt !== undefined ? { retryAt: item.retryAt } : {}),
     ...(item.reason !== undefined ? { reason: item.reason } : {}),
     ...(item.shard !== undefined ? { shard: item.shard } : {}),
+    ...(item.reservedAt !== undefined ? { reservedAt: item.reservedAt } : {}),
+    ...(item.provider !== undefined ? { provider: item.provider } : {}),
   };
 }
 

@@ -1,4 +1,4 @@
-import type { EffectState, SlotState } from '../../slot/ports.js';
+import type { EffectState, ProviderWord, SlotState } from '../../slot/ports.js';
 import type { Slot } from '../../slot/slot.js';
 import { effectShard, slotPartitionKey, slotSortKey } from '../dynamodb/table-layout.js';
 import { ProtocolAudit } from './protocol-audit.js';
@@ -55,6 +55,9 @@ export interface EffectItem {
   readonly reason?: string;
   /** The shard whose run wrote it, in a sharded window. */
   readonly shard?: number;
+  readonly reservedAt?: number;
+  /** What the provider said of this reservation's message. */
+  readonly provider?: ProviderWord;
 }
 
 /** The port operation a write belongs to: the audit judges each write by it. */
@@ -70,6 +73,8 @@ export type StoreOperation =
   | 'unreserve'
   | 'checkpoint'
   | 'shardFinished'
+  | 'recordProviderWord'
+  | 'settleInDoubt'
   | 'readEffect'
   | 'list';
 
