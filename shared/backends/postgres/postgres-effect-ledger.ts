@@ -1,5 +1,5 @@
 import { StoreError } from '../../errors.js';
-import { reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
 import type {
   Claim,
   EffectFailure,
@@ -259,12 +259,7 @@ export class PostgresEffectLedger implements EffectLedger {
     ]);
     if (written) return 'recorded';
     const current = (await this.#readRows(window, [keyHash])).get(keyHash);
-    if (current?.state === EffectState.Done) return 'done';
-    // Already on record: the same word again, or a rejection arriving after an acceptance.
-    return current?.epoch === word.epoch &&
-      (current.provider_outcome === 'accepted' || current.provider_outcome === word.outcome)
-      ? 'recorded'
-      : 'unknown';
+    return providerWordOutcomeOfConflict(current && toRecord(current), word);
   }
 
   // Timeline: sql.settleInDoubtDone and settleInDoubtRetry.
