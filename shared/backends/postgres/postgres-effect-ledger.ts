@@ -80,6 +80,10 @@ const MAX_PROVIDER_TEXT = 200;
  *   perform  the caller sends the email
  *   mark     UPDATE to DONE where the reservation is ours                   → later runs skip it
  *   refused  UPDATE to FAILED (attempts, retry_at) where it is ours          → a later run retries it
+ *   word     UPDATE of the provider_* columns from the provider's events (recordProviderWord),
+ *            on the reservation of the word's epoch, by a recorder that holds no lease
+ *   settle   UPDATE of a dead epoch's exact reservation, by that word (settleInDoubt):
+ *            DONE, or FAILED due now                                          → the retry sends it
  * A crash between reserve and mark leaves RESERVED with epoch e; a later epoch reports it IN DOUBT
  * (the email may or may not have gone) instead of sending again. A holder that has been taken over
  * reserves nothing: the lease check in the same statement fails first. A batch abandoned at the
