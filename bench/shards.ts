@@ -85,6 +85,8 @@ interface Measurement {
   readonly invocations: number;
   readonly storeCpuMs: number;
   readonly benchCpuMs: number;
+  /** CPU time every process on the machine used meanwhile, this bench's and others'. */
+  readonly machineCpuMs: number;
 }
 
 const JOB_ID = 'weekly-report';
@@ -163,6 +165,7 @@ async function measure(store: StoreUnderTest, shards: number, o: ShardBenchOptio
   const invoke = dispatcher(workers);
   const storeBefore = processTreeCpuMs(store.pid);
   const benchBefore = process.cpuUsage();
+  const machineBefore = machineCpuMs();
   const started = performance.now();
   let over: () => void = () => {};
   const finished = new Promise<void>((resolve) => {
@@ -196,6 +199,7 @@ async function measure(store: StoreUnderTest, shards: number, o: ShardBenchOptio
   clearInterval(progress);
   const benchCpu = process.cpuUsage(benchBefore);
   const storeCpuMs = processTreeCpuMs(store.pid) - storeBefore;
+  const machineCpu = machineCpuMs() - machineBefore;
   await source.stop();
   const usage = await Promise.all(workers.map((worker) => worker.finish()));
   const record = await reader.claims.read({ jobId: JOB_ID, window });
@@ -220,6 +224,7 @@ async function measure(store: StoreUnderTest, shards: number, o: ShardBenchOptio
     invocations: source.invocations,
     storeCpuMs,
     benchCpuMs: (benchCpu.user + benchCpu.system) / 1000,
+    machineCpuMs: machineCpu,
   };
 }
 
@@ -269,6 +274,16 @@ export function processTreeCpuMs(root: number): number {
   return ticks * 10;
 }
 
+/** CPU time all cores spent busy since boot, in ms (/proc/stat: all but idle and iowait). */
+function machineCpuMs(): number {
+  const [, ...ticks] = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '')
+    .trim()
+    .split(/\s+/)
+    .map(Number);
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = ticks;
+  return (user + nice + system + irq + softirq + steal) * 10;
+}
+
 function readdirSafe(path: string): string[] {
   try {
     return readdirSync(path);
@@ -283,6 +298,7 @@ async function dynaliteProcess(): Promise<StoreUnderTest> {
     '../shared/backends/dynamodb/dynamodb-backend.js'
   );
   const { testBackend } = await import('../test/helpers/harness.js');
+  const { DeleteTableCommand } = await import('@aws-sdk/client-dynamodb');
   const require = createRequire(import.meta.url);
   const child = spawn(
     process.execPath,
@@ -312,7 +328,11 @@ async function dynaliteProcess(): Promise<StoreUnderTest> {
       return {
         store: { backend: 'dynamodb', endpoint, table },
         reader: testBackend(client, table),
-        close: async () => client.destroy(),
+        // dynalite holds every item in memory: the next measurement starts from an empty server.
+        close: async () => {
+          await client.send(new DeleteTableCommand({ TableName: table }));
+          client.destroy();
+        },
       };
     },
     async close() {
@@ -360,12 +380,14 @@ function storeTable(measured: readonly Measurement[], o: ShardBenchOptions, load
     const requests = m.workers.reduce((sum, w) => sum + w.requests, 0);
     const rss = m.workers.map((w) => w.maxRssBytes);
     const cores = (workerCpu + m.storeCpuMs + m.benchCpuMs) / 1000 / m.seconds;
+    const machine = m.machineCpuMs / 1000 / m.seconds;
     return (
       `| ${m.shards} | ${n(m.seconds / 60, 1)} min | ${n(rate)} | ` +
       `${single ? `${n(rate / (o.recipients / single.seconds), 2)}×` : '-'} | ` +
       `${rss.length > 1 ? `${mb(Math.min(...rss))} – ${mb(Math.max(...rss))}` : mb(rss[0] ?? 0)} | ` +
       `${n(requests / o.recipients, 3)} | ${m.invocations} | ` +
       `${n(workerCpu / 1000, 1)} s | ${n(m.storeCpuMs / 1000, 1)} s | ${n(m.benchCpuMs / 1000, 1)} s | ${n(cores, 2)} | ` +
+      `${n(machine, 2)} of ${cpus().length} | ` +
       `${n(m.delivered)}, ${m.twice} twice, ${m.never} never; ${m.state} |`
     );
   });
@@ -376,8 +398,8 @@ function storeTable(measured: readonly Measurement[], o: ShardBenchOptions, load
 send ${o.sendMs} ms, ${o.concurrency} sends in flight per invocation, Lambda's time limit ${o.lambdaTimeoutMs / 1000} s. ${machine};
 load average (1 min) ${n(load[0] ?? 0, 2)} before, ${n(load[1] ?? 0, 2)} after (the machine is shared).
 
-| shards | wall time | recipients/s | vs 1 shard | peak RSS per worker | store requests / recipient | invocations | CPU workers | CPU store | CPU bench | cores busy | deliveries |
-|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
+| shards | wall time | recipients/s | vs 1 shard | peak RSS per worker | store requests / recipient | invocations | CPU workers | CPU store | CPU bench | cores busy (bench) | cores busy (machine) | deliveries |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
 ${rows.join('\n')}`;
 }
 
@@ -406,8 +428,9 @@ what the workers sent.
 - **store requests**: DynamoDB requests (at the wire, retries included) or Postgres statements
   (BEGIN and COMMIT included), counted in the workers.
 - **CPU**: the workers' (from warm), the store's (dynalite's process, or every PostgreSQL process)
-  and the bench's (the queue and the dispatch); **cores busy** is their sum over the wall time: at
-  the machine's core count, the CPU is what bounds the run, not the sends.
+  and the bench's (the queue and the dispatch); **cores busy (bench)** is their sum over the wall
+  time, **cores busy (machine)** every process's (/proc/stat), others' included: at the machine's
+  core count the CPU bounds the run, not the sends, and the difference is what other work took.
 - **peak RSS per worker**: each worker process's maximum resident set (getrusage), tsx's
   TypeScript loader included.
 
