@@ -2,7 +2,7 @@ import { describeCatchUpPolicy, resolveCatchUpPolicy } from '../shared/schedule/
 import { JobSchedule, ScheduleError } from '../shared/schedule/fire-times.js';
 import type { OperatorStore } from '../shared/slot/operator-ports.js';
 import type { SlotRecord } from '../shared/slot/ports.js';
-import { type Slot, windowOf } from '../shared/slot/slot.js';
+import { MAX_SHARDS, type Slot, windowOf } from '../shared/slot/slot.js';
 import { jobDeadlineMs } from '../shared/watchdog/window-deadline.js';
 import { type BackendOptions, type CliBackend, openCliBackend, probeBackend } from './cli-backend.js';
 import {
@@ -102,6 +102,20 @@ export class CommandContext {
     return Date.parse(windowOf(millis));
   }
 
+  /** `--shard`, a shard's index (its range is the window's to say); undefined when not given. */
+  shard(): number | undefined {
+    const value = this.text('shard');
+    if (value === undefined) return undefined;
+    const shard = Number(value);
+    if (!/^\d+$/.test(value) || shard >= MAX_SHARDS) {
+      throw usageError(
+        `--shard is ${JSON.stringify(value)}; give a shard's index, a whole number from 0 to ${MAX_SHARDS - 1} ` +
+          "(slotguard slots show lists a split window's shards)",
+      );
+    }
+    return shard;
+  }
+
   /**
    * `--job`, from the team's catalog (see findCatalog: `--catalog`, SLOTGUARD_CATALOG, the project's
    * slotguard.config.json or package.json), and its schedule (`--rate-start` anchors a rate()). With
@@ -193,19 +207,24 @@ export class CommandContext {
   }
 
   /**
-   * The slot an operator write acts on (`--job`, `--window`; a note on stderr when the window is not
-   * a fire time of the schedule), its backend and operator store, and its record as read now: the
-   * write is fenced on that record's epoch. Call it after the command's own options are checked, so
-   * a usage error never costs a connection.
+   * The slot an operator write acts on (`--job`, `--window`, and `--shard` for one shard of a split
+   * window; a note on stderr when the window is not a fire time of the schedule), its backend and
+   * operator store, and its record as read now: the write is fenced on that record's epoch. Call it
+   * after the command's own options are checked, so a usage error never costs a connection.
    */
   async repairTarget(): Promise<RepairTarget> {
     const { spec, schedule } = await this.job();
     const window = this.window();
+    const shard = this.shard();
     const note = windowNote(spec, window, schedule);
     if (note) this.warn(note);
     const backend = await this.backend(spec.id);
     const operator = this.operator(backend);
-    const slot = { jobId: spec.id, window: windowOf(window) };
+    const slot: Slot = {
+      jobId: spec.id,
+      window: windowOf(window),
+      ...(shard !== undefined ? { shard } : {}),
+    };
     return { spec, slot, backend, operator, record: await backend.slots.claims.read(slot) };
   }
 

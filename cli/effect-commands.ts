@@ -1,10 +1,20 @@
 import { EffectResolution } from '../shared/slot/operator-ports.js';
+import { SlotState } from '../shared/slot/ports.js';
 import { CliError, iso, usageError } from './cli-support.js';
 import type { CommandContext } from './command.js';
 import { backfillCommand, holderName } from './slot-view.js';
 import { assertDeliverable, deliverWindows, type WindowDelivery } from './window-delivery.js';
 
 const KEY_HASH = /^[0-9a-f]{8,64}$/;
+
+/**
+ * Why an effect of a split window is not run again from here: its window would be split again, but
+ * the shard that owns the effect has ended (DONE or PARTIAL) and would stand down, so the effect
+ * would be dropped and the window counted finished without it. Reopening its shards is still to do.
+ */
+const SPLIT_WINDOW_RERUN =
+  'running an effect again needs the shard that owns it reopened, which the CLI does not do yet: the window would ' +
+  'be split again, that shard would stand down as finished, and the effect would never run';
 
 /**
  * `effects resolve`: an effect left in doubt is marked done (the provider's log shows it went) or
@@ -25,13 +35,42 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
       'give exactly one of --mark-done (the effect happened) or --rerun (it did not: run it again)',
     );
   }
-  const { spec, slot, operator, record } = await ctx.repairTarget();
+  const { spec, slot, backend, operator, record } = await ctx.repairTarget();
   if (!record)
     return ctx.refuse(
       { outcome: 'absent' },
       `${spec.id} ${slot.window} has no slot record; nothing to resolve`,
     );
   const resolution = markDone ? EffectResolution.Done : EffectResolution.Clear;
+  if ((record.shards ?? 1) > 1) {
+    if (resolution === EffectResolution.Clear) {
+      return ctx.refuse(
+        { outcome: 'refused', reason: 'split-window', shards: record.shards },
+        `refused to clear ${keyHash} in ${spec.id} ${slot.window}: the window is split into ${record.shards} shards, ` +
+          `and ${SPLIT_WINDOW_RERUN}. If the provider shows it went, --mark-done is safe. Nothing was written.`,
+      );
+    }
+    // The store fences the write on the window's record, which holds no lease once split: the shard
+    // that reserved the effect may be sending it right now. Its own lease is checked here instead.
+    const effect = await backend.slots.ledger.read(slot, keyHash);
+    const shard =
+      effect?.shard === undefined
+        ? undefined
+        : await backend.slots.claims.read({ ...slot, shard: effect.shard });
+    if (
+      effect &&
+      shard?.state === SlotState.Running &&
+      shard.leaseEndsAt >= ctx.now &&
+      shard.epoch === effect.epoch
+    ) {
+      return ctx.refuse(
+        { outcome: 'refused', reason: 'lease-live', shard: effect.shard },
+        `refused to resolve ${keyHash}: shard ${effect.shard}'s run (${holderName(shard.owner)}, epoch ${shard.epoch}) ` +
+          `reserved it and holds its lease until ${new Date(shard.leaseEndsAt).toISOString()}: it is under way, not in ` +
+          'doubt; wait for the lease to end. Nothing was written.',
+      );
+    }
+  }
   const outcome = await operator.resolveEffect(slot, keyHash, resolution, {
     expectedEpoch: record.epoch,
     now: ctx.now,
@@ -116,6 +155,13 @@ export async function effectsRedrive(ctx: CommandContext): Promise<number> {
     return ctx.refuse(
       { outcome: 'absent' },
       `${spec.id} ${slot.window} has no slot record: nothing to re-drive. If it was due, run it: ${backfillCommand(slot)}`,
+    );
+  }
+  if ((record.shards ?? 1) > 1) {
+    return ctx.refuse(
+      { outcome: 'refused', reason: 'split-window', shards: record.shards },
+      `refused to re-drive ${spec.id} ${slot.window}: the window is split into ${record.shards} shards, and ` +
+        `${SPLIT_WINDOW_RERUN}. Its refused effects stay listed (slotguard slots show). Nothing was written.`,
     );
   }
   const deadline = ctx.now + ctx.deadlineMs(spec);

@@ -65,6 +65,11 @@ const WINDOW: OptionSpec = {
 const DELIVERY_OPTIONS: Record<string, OptionSpec> = {
   function: { type: 'string', value: 'NAME', help: "invoke the job's deployed function (name or ARN)" },
 };
+const SHARD: OptionSpec = {
+  type: 'string',
+  value: 'N',
+  help: "one shard of a split window, by its index (0 to the window's shards - 1)",
+};
 const DEADLINE: OptionSpec = {
   type: 'string',
   value: 'D',
@@ -113,9 +118,11 @@ const COMMANDS: readonly Command[] = [
       "Lists the windows the job's schedule produced from --from to --to (its cron, rate or at, in its time\n" +
       "zone, with Scheduler's daylight-saving rules), each with its slot record: state, holder, epoch, lease\n" +
       'end, claims so far, effects done, in doubt and refused. A window that was due and has no record is\n' +
-      'MISSED. Reads one record per window (no Scan), at most 1,000 windows.\n\n' +
+      'MISSED. A window split into shards says so in its note (SHARDED: 2 of 4 shards finished). Reads one\n' +
+      'record per window (no Scan; a SHARDED window also its shards), at most 1,000 windows.\n\n' +
       'Exit code 1 when a window needs a look: missed, FAILED, STUCK, PARTIAL (effects refused for good),\n' +
-      'past its deadline unfinished, RUNNING with its lease ended, RELEASED, or with effects in doubt.',
+      'past its deadline unfinished (SHARDED included), RUNNING with its lease ended, RELEASED, with effects in\n' +
+      'doubt, or with a shard STUCK, FAILED or whose holder is gone.',
     options: { ...JOB_OPTIONS, ...RANGE, ...JSON_OPTION, ...BACKEND_OPTIONS },
     localOptions: READS_SLOTS,
     run: slotsList,
@@ -123,7 +130,7 @@ const COMMANDS: readonly Command[] = [
   {
     path: ['slots', 'show'],
     summary: "one window: its record, deadline, checkpoint, last run's summary, effects by state",
-    usage: 'slotguard slots show --job ID --window T',
+    usage: 'slotguard slots show --job ID --window T [--shard N]',
     description:
       'Shows one slot: state (STUCK with why, RELEASED waiting for retries until when), holder, epoch, lease\n' +
       "end, deadline, checkpoint (where the next run resumes), the holder's progress, runs without progress,\n" +
@@ -131,10 +138,14 @@ const COMMANDS: readonly Command[] = [
       'summary and last error, and its effects by state: done, in doubt, under way, and refused (hash,\n' +
       'attempts, reason, next retry or "for good"). Effects are shown by their HMAC hash: addresses are\n' +
       'never stored.\n\n' +
+      'A window split into shards also shows its shard count, which shards have finished, and a table of\n' +
+      'each shard: state, epoch, holder, lease end, checkpoint, progress, runs without progress and its\n' +
+      'effects. --shard N shows one shard in full, with the effects it wrote.\n\n' +
       'Exit code 1 when the window needs a look (see slots list).',
     options: {
       ...JOB_OPTIONS,
       window: WINDOW,
+      shard: SHARD,
       'rate-start': RANGE['rate-start'],
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
@@ -145,7 +156,7 @@ const COMMANDS: readonly Command[] = [
   {
     path: ['slots', 'release'],
     summary: 'give a STUCK, FAILED or abandoned RUNNING slot back, fenced on its epoch',
-    usage: 'slotguard slots release --job ID --window T [--force]',
+    usage: 'slotguard slots release --job ID --window T [--shard N] [--force]',
     description:
       'Releases the slot (RUNNING, FAILED or STUCK → RELEASED, failures and runs without progress reset,\n' +
       "a fresh deadline: now plus the job's, or --deadline) with a write conditioned on the epoch just read,\n" +
@@ -153,10 +164,15 @@ const COMMANDS: readonly Command[] = [
       "Refused while the holder's lease is live unless --force, which fences the holder out: it stops at its\n" +
       'next renewal, and the effects it had reserved become in doubt. A DONE slot is not released: resolve\n' +
       'its effects with --rerun instead; a PARTIAL one is re-driven (effects redrive).\n\n' +
+      'A split window is run by its shards: --shard N releases one. A RUNNING shard whose holder is gone is\n' +
+      'released whenever (its message, still queued, takes it over); a STUCK or FAILED one once its window\n' +
+      'has ended STUCK. Then release the window (refused while a shard is still STUCK or FAILED) and deliver\n' +
+      'it: its next run splits it again, the shards that finished stand down and the released ones run.\n\n' +
       'Exit code 1 when refused; nothing is written then.',
     options: {
       ...JOB_OPTIONS,
       window: WINDOW,
+      shard: SHARD,
       force: { type: 'boolean', help: "release even while the holder's lease is live (fences it)" },
       deadline: DEADLINE,
       ...JSON_OPTION,

@@ -16,9 +16,9 @@ import {
   type JobSpec,
   type ScheduleSpec,
 } from '../shared/job/job-spec.js';
-import { RuntimeEnv } from '../shared/job/runtime-env.js';
+import { RuntimeEnv, SendRateScope } from '../shared/job/runtime-env.js';
 import { type AnalysedSchedule, analyseSchedule } from '../shared/schedule/schedule-analysis.js';
-import { describe, JOB_ID_PATTERN, windowOf } from '../shared/slot/slot.js';
+import { describe, JOB_ID_PATTERN, MAX_SHARDS, windowOf } from '../shared/slot/slot.js';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
 import type { ClaimsBackend } from './claims-backend.js';
 import { CLOUDWATCH_ALARM_LIMITS } from './cloudwatch-limits.js';
@@ -54,11 +54,20 @@ export interface SesSendingProps {
   /** The From address; at `identity` (or equal to it when the identity is an address). */
   readonly fromAddress: string;
   /**
-   * Emails per second one run of this job may send: the account's SES maximum send rate, divided
-   * among the runs that send at once (up to `maxConcurrency` of this job's).
+   * Emails per second this job may send, all of its runs together (shards, continuations, a
+   * backfill next to a scheduled run): at most the account's SES maximum send rate, less what other
+   * jobs of the account send at the same time. With `sendRateScope: 'process'`, each run's own rate.
    * @default 1
    */
   readonly maxSendRatePerSecond?: number;
+  /**
+   * Who shares `maxSendRatePerSecond` (SLOTGUARD_SEND_RATE_SCOPE). `'job'`: every run of the job
+   * at once, through a timeline in the claims backend (a DynamoDB item under the job's own key, or
+   * a row of the Postgres schema), at about one write per batch of sends. `'process'`: each run
+   * alone, so N runs at once may send N times the rate.
+   * @default 'job'
+   */
+  readonly sendRateScope?: 'job' | 'process';
 }
 
 /** Props of a `ScheduledJob`. */
@@ -76,7 +85,7 @@ export interface ScheduledJobProps {
   readonly effectKeySecret?: secretsmanager.ISecret;
   /**
    * SES sending: grants `ses:SendEmail` on this identity only, from this address only.
-   * @default no SES permission, and SLOTGUARD_SES_FROM / SLOTGUARD_SEND_RATE are not set
+   * @default no SES permission, and SLOTGUARD_SES_FROM / SLOTGUARD_SEND_RATE / SLOTGUARD_SEND_RATE_SCOPE are not set
    */
   readonly ses?: SesSendingProps;
   /**
@@ -121,9 +130,11 @@ export interface ScheduledJobProps {
   readonly watchedSince?: Date;
   /**
    * Runs of this job at once: the work queue's event source invokes at most this many functions,
-   * so at most this many windows (or deliveries of one window, of which all but one stand down)
-   * run together. Each run sends at `ses.maxSendRatePerSecond`. From 2 (AWS's minimum) to 1000.
-   * @default 2
+   * so at most this many windows, shards of a window (`job.shards`), or deliveries of one of them (of
+   * which all but one stand down) run together. Together they send at `ses.maxSendRatePerSecond`
+   * (each on its own with `ses.sendRateScope: 'process'`). From 2 (AWS's minimum) to 1000, and at
+   * least `job.shards`, so that a window's shards run side by side.
+   * @default the larger of 2 and `job.shards`
    */
   readonly maxConcurrency?: number;
   /**
@@ -223,7 +234,8 @@ const WORK_QUEUE_VISIBILITY_TIMEOUTS = 6;
 /**
  * How many times the work queue may deliver a window before dead-lettering it: twice the runs the
  * deadline holds, plus 50 for deliveries that stand down at once (duplicates, waits, heartbeats).
- * Bounded by SQS's maximum of 1000.
+ * Bounded by SQS's maximum of 1000. The same count bounds each shard's message of a sharded window:
+ * a shard is held to its window's deadline, so its message lives no longer than the window's would.
  */
 export function workQueueMaxReceiveCount(deadlineSeconds: number, timeoutSeconds: number): number {
   return Math.min(1000, 2 * Math.ceil(deadlineSeconds / timeoutSeconds) + 50);
@@ -239,7 +251,9 @@ export function workQueueMaxReceiveCount(deadlineSeconds: number, timeoutSeconds
  * is the window's slot key, so every delivery of one window, however late, lands in the same slot.
  * A window's message is deleted only when the window is finished or can never run: a run that
  * stops with work left asks for its message back later (the continuation), and the queue
- * dead-letters it after `maxReceiveCount` deliveries.
+ * dead-letters it after `maxReceiveCount` deliveries. A job with `shards` > 1 splits each window:
+ * its first run sends one message per shard to the same queue, and the shards run side by side
+ * (`maxConcurrency` is at least `shards`).
  *
  * @example
  * const claims = new ClaimsTable(stack, 'ClaimsTable');
@@ -279,7 +293,10 @@ export class ScheduledJob extends Construct {
   readonly schedule: scheduler.Schedule | undefined;
   /** This job's schedule group (one per job, so AWS/Scheduler metrics are per job). */
   readonly scheduleGroup: scheduler.ScheduleGroup;
-  /** The job's work queue: one message per window, redelivered until the window is finished. */
+  /**
+   * The job's work queue: one message per window, redelivered until the window is finished, and for a
+   * sharded window one more per shard, each redelivered until its shard is.
+   */
   readonly workQueue: sqs.Queue;
   /** Where the job's dead letters land: from Scheduler, from the work queue and from Lambda. */
   readonly deadLetterQueue: sqs.IQueue;
@@ -308,7 +325,10 @@ export class ScheduledJob extends Construct {
     this.deadline = this.resolveDeadline(job, retentionDays);
     this.job = { ...job, deadlineMinutes: this.deadline.toMinutes() };
     const grace = this.validateGrace(props.missedRunGrace ?? DEFAULT_MISSED_RUN_GRACE);
-    const maxConcurrency = this.validateMaxConcurrency(props.maxConcurrency ?? DEFAULT_MAX_CONCURRENCY);
+    const maxConcurrency = this.validateMaxConcurrency(
+      props.maxConcurrency ?? Math.max(DEFAULT_MAX_CONCURRENCY, job.shards),
+      job.shards,
+    );
     const memorySize = this.validateMemory(props.memorySize ?? DEFAULT_MEMORY_MB);
     const ses = props.ses && this.validateSes(props.ses);
     const entry = locateHandlerEntry(this, {
@@ -376,10 +396,12 @@ export class ScheduledJob extends Construct {
       retryAttempts: Math.min(2, job.maxAttempts - 1),
       maxEventAge: retry.maxEventAge,
       deadLetterQueue: this.deadLetterQueue,
-      // The continuation is the same message made visible again (ChangeMessageVisibility), never a
-      // new one, so Lambda's loop detection counts no hop on the queue path, and a direct invoke's
-      // one continuation message is a single hop. Terminate is then free, and stops a runaway loop
-      // should a change ever make a run re-send its own window.
+      // Lambda counts a hop when the function sends to its own queue, never when SQS redelivers a
+      // message. The continuation is a redelivery (ChangeMessageVisibility); the sends are one hop
+      // each and never chained: a sharded window's coordinator sends its shards' messages once, and
+      // a shard never sends; a direct invoke sends one continuation, whose run may split the window
+      // (a second hop). Terminate is then free, and stops a runaway loop should a change ever make
+      // a run re-send its own window.
       recursiveLoop: lambda.RecursiveLoop.TERMINATE,
       ...slotguardVpcPlacement(backendOptions),
       environment: {
@@ -392,8 +414,13 @@ export class ScheduledJob extends Construct {
         [RuntimeEnv.retentionDays]: String(retentionDays),
         [RuntimeEnv.workQueueUrl]: this.workQueue.queueUrl,
         [RuntimeEnv.deadlineSeconds]: String(this.deadline.toSeconds()),
+        [RuntimeEnv.shards]: String(job.shards),
         ...(ses
-          ? { [RuntimeEnv.sesFromAddress]: ses.fromAddress, [RuntimeEnv.sendRatePerSecond]: String(ses.rate) }
+          ? {
+              [RuntimeEnv.sesFromAddress]: ses.fromAddress,
+              [RuntimeEnv.sendRatePerSecond]: String(ses.rate),
+              [RuntimeEnv.sendRateScope]: ses.scope,
+            }
           : {}),
       },
       bundling: slotguardBundling(backendOptions),
@@ -402,14 +429,15 @@ export class ScheduledJob extends Construct {
     props.claims.bind(this.function, job.id);
     this.effectKeySecret.grantRead(this.function);
     if (ses) this.grantSendEmail(ses.identity, ses.fromAddress);
-    // One window per invocation, and each record's outcome reported on its own: a window that asks
-    // for its message back must not send a finished one round again. The event source grants the
-    // consume actions; the handler's own calls are granted below, on this queue only.
+    // One window (or shard) per invocation, and each record's outcome reported on its own: a window
+    // that asks for its message back must not send a finished one round again. The event source
+    // grants the consume actions; the handler's own calls are granted below, on this queue only.
     this.function.addEventSource(
       new SqsEventSource(this.workQueue, { batchSize: 1, reportBatchItemFailures: true, maxConcurrency }),
     );
-    // ChangeMessageVisibility: the heartbeat and the retry delays. SendMessage: a direct invoke's
-    // continuation. (The consume grant includes the first; the handler's needs should not rest on it.)
+    // ChangeMessageVisibility: the heartbeat and the retry delays. SendMessage: a sharded window's
+    // fan-out (one message per shard) and a direct invoke's continuation, both to this queue only.
+    // (The consume grant includes the first; the handler's needs should not rest on it.)
     this.workQueue.grant(this.function, 'sqs:ChangeMessageVisibility', 'sqs:SendMessage');
 
     // The group holds this job's schedule only; it goes when the job goes, so re-adding the job can
@@ -506,7 +534,8 @@ export class ScheduledJob extends Construct {
   /**
    * Runs per finished window, hourly: runs (ClaimAcquired) over runs that did not yield. Every run
    * of a window but its last yields, so this is about the number of runs a window took; 1 when
-   * windows finish in one run.
+   * windows finish in one run. A sharded job's claims are its windows' coordinators and its shards,
+   * so there it reads as runs per shard (labelled so).
    */
   metricRunsPerWindow(): cloudwatch.MathExpression {
     const hour = Duration.hours(1);
@@ -517,7 +546,7 @@ export class ScheduledJob extends Construct {
         yields: this.metric(MetricName.RunYielded, { period: hour }),
       },
       period: hour,
-      label: 'runs per window',
+      label: this.job.shards > 1 ? 'runs per shard' : 'runs per window',
     });
   }
 
@@ -730,6 +759,14 @@ export class ScheduledJob extends Construct {
     }
     this.validatePositiveInteger('job.effectConcurrency', job.effectConcurrency);
     this.validatePositiveInteger('job.maxAttempts', job.maxAttempts);
+    if (!Number.isInteger(job.shards) || job.shards < 1 || job.shards > MAX_SHARDS) {
+      throw new InfraValidationError(
+        this,
+        'job.shards',
+        `job.shards is ${describe(job.shards)}; set a whole number from 1 to ${MAX_SHARDS}: the parallel shards each ` +
+          'window is split into (1, the default, runs a window in one run at a time)',
+      );
+    }
   }
 
   private validateSchedule(job: JobWithDefaults): AnalysedSchedule {
@@ -866,13 +903,25 @@ export class ScheduledJob extends Construct {
     return grace;
   }
 
-  private validateMaxConcurrency(maxConcurrency: number): number {
+  private validateMaxConcurrency(maxConcurrency: number, shards: number): number {
+    const byDefault = Math.max(DEFAULT_MAX_CONCURRENCY, shards);
     if (!Number.isInteger(maxConcurrency) || maxConcurrency < 2 || maxConcurrency > 1000) {
       throw new InfraValidationError(
         this,
         'maxConcurrency',
         `maxConcurrency is ${describe(maxConcurrency)}; the SQS event source takes a whole number from 2 to 1000 ` +
-          "(AWS's limits); leave it unset for 2",
+          `(AWS's limits); leave it unset for ${byDefault}`,
+      );
+    }
+    // Allowed, shards would still finish: in waves, each waiting for a run of the one before, which
+    // the deadline was not sized for and which no alarm would explain. Refused, so the split is real.
+    if (maxConcurrency < shards) {
+      throw new InfraValidationError(
+        this,
+        'maxConcurrency',
+        `maxConcurrency is ${maxConcurrency}, below job.shards (${shards}): a window's ${shards} shards would run ` +
+          `${maxConcurrency} at a time, in waves, each waiting for a whole run of the one before; set maxConcurrency ` +
+          `to ${shards} or more (leave it unset for ${byDefault}), or lower job.shards to ${maxConcurrency}`,
       );
     }
     return maxConcurrency;
@@ -902,7 +951,12 @@ export class ScheduledJob extends Construct {
     return memorySize;
   }
 
-  private validateSes(ses: SesSendingProps): { identity: string; fromAddress: string; rate: number } {
+  private validateSes(ses: SesSendingProps): {
+    identity: string;
+    fromAddress: string;
+    rate: number;
+    scope: SendRateScope;
+  } {
     const identity = ses.identity.toLowerCase();
     const from = ses.fromAddress.toLowerCase();
     const domain = from.slice(from.lastIndexOf('@') + 1);
@@ -922,7 +976,16 @@ export class ScheduledJob extends Construct {
         `ses.maxSendRatePerSecond is ${describe(rate)}; set a positive number, at most your SES account's maximum send rate`,
       );
     }
-    return { identity: ses.identity, fromAddress: ses.fromAddress, rate };
+    const scope = ses.sendRateScope ?? SendRateScope.Job;
+    if (!(Object.values(SendRateScope) as string[]).includes(scope)) {
+      throw new InfraValidationError(
+        this,
+        'ses.sendRateScope',
+        `ses.sendRateScope is ${describe(scope)}; set 'job' (every run of the job shares the rate) or 'process' ` +
+          "(each run keeps to it alone), or leave it unset for 'job'",
+      );
+    }
+    return { identity: ses.identity, fromAddress: ses.fromAddress, rate, scope };
   }
 
   private validatePositiveInteger(prop: string, value: number): number {
@@ -967,6 +1030,7 @@ function withDefaults(job: JobSpec): JobWithDefaults {
     effectConcurrency: job.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
     timeoutSeconds: job.timeoutSeconds ?? JOB_DEFAULTS.timeoutSeconds,
     maxAttempts: job.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
+    shards: job.shards ?? JOB_DEFAULTS.shards,
     catchUp: job.catchUp ?? JOB_DEFAULTS.catchUp,
   };
 }

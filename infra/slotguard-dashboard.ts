@@ -47,7 +47,8 @@ export class SlotguardDashboard extends Construct {
       new cloudwatch.TextWidget({
         markdown:
           `### ${job.jobId}\n${job.job.description}\n\n\`${schedule.expression}\` ${schedule.timeZone}, ` +
-          `deadline ${job.deadline.toMinutes()} min`,
+          `deadline ${job.deadline.toMinutes()} min` +
+          (job.job.shards > 1 ? `, ${job.job.shards} shards per window` : ''),
         width: 4,
         height: 6,
       }),

@@ -4,7 +4,9 @@ import {
   ensureClaimsTable,
 } from '../shared/backends/dynamodb/dynamodb-backend.js';
 import { DynamoOperatorStore } from '../shared/backends/dynamodb/dynamodb-operator-store.js';
+import { DynamoRateLimitStore } from '../shared/backends/dynamodb/dynamodb-rate-limit-store.js';
 import { hmacEffectKeys } from '../shared/effects/effect-key.js';
+import type { RateLimitStore } from '../shared/effects/rate-limit-store.js';
 import { ConfigurationError } from '../shared/errors.js';
 import type { SlotBackend } from '../shared/job/run-slot.js';
 import { RuntimeEnv } from '../shared/job/runtime-env.js';
@@ -64,6 +66,13 @@ export interface LocalBackend {
   /** DynamoDB: the endpoint, to share with another process (the CLI). */
   readonly endpoint?: string;
   readonly tableName?: string;
+  /**
+   * The send-rate timeline of job `jobId` in this backend (the DynamoDB item or Postgres row a
+   * deployed function uses), for a SharedRateLimiter: give every worker of the job its own limiter
+   * on a store from here, and together they keep to one rate.
+   * @example rateLimitedSender(smtp, new SharedRateLimiter({ store: backend.sendRateStore(jobId), ratePerSecond: 50 }))
+   */
+  sendRateStore(jobId: string): RateLimitStore;
   close(): Promise<void>;
 }
 
@@ -100,6 +109,7 @@ export async function openLocalBackend(options: LocalBackendOptions = {}): Promi
     operator: new DynamoOperatorStore({ client, tableName }),
     endpoint,
     tableName,
+    sendRateStore: (jobId) => new DynamoRateLimitStore({ client, tableName, jobId }),
     async close() {
       client.destroy();
       await embedded?.close();
@@ -142,6 +152,13 @@ async function openPostgres(
     backend: postgres.postgresBackend({ pool, schema, hashKey, ...leaseClock }),
     // On the runs' lease clock, so a lease the runs see live is live to the operator too.
     operator: new postgres.PostgresOperatorStore({ pool, schema, ...leaseClock }),
+    sendRateStore: (jobId) =>
+      new postgres.PostgresRateLimitStore({
+        pool,
+        schema,
+        jobId,
+        ...(options.leaseClock ? { clock: options.leaseClock } : {}),
+      }),
     async close() {
       await pool.end().catch(() => {});
       await server?.stop();

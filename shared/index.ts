@@ -15,6 +15,14 @@ export {
   dynamoBackend,
   ensureClaimsTable,
 } from './backends/dynamodb/dynamodb-backend.js';
+export {
+  DynamoRateLimitStore,
+  type DynamoRateLimitStoreOptions,
+} from './backends/dynamodb/dynamodb-rate-limit-store.js';
+export {
+  MemoryRateLimitStore,
+  type MemoryRateLimitStoreOptions,
+} from './backends/memory/memory-rate-limit-store.js';
 export { type Clock, scheduleAt, systemClock } from './clock.js';
 export { SqsWorkQueue, type SqsWorkQueueOptions } from './continuation/sqs-work-queue.js';
 export {
@@ -35,8 +43,19 @@ export {
   type StopReason,
 } from './effects/effect-runner.js';
 export type { EmailMessage, EmailSender } from './effects/email-sender.js';
+export {
+  lazyRateLimitStore,
+  type RateLimitStore,
+  type RateReservation,
+  type RateReservationRequest,
+} from './effects/rate-limit-store.js';
 export { isResumable, type ResumableSource, resumableSource } from './effects/resumable-source.js';
 export { redactAddresses, SesEmailSender, type SesEmailSenderOptions } from './effects/ses-email-sender.js';
+export {
+  SharedRateLimiter,
+  type SharedRateLimiterOptions,
+  type SharedRateLimiterStats,
+} from './effects/shared-rate-limiter.js';
 export { type SmtpSenderOptions, smtpSender } from './effects/smtp-email-sender.js';
 export { type RateLimiter, TokenBucket, type TokenBucketOptions } from './effects/token-bucket.js';
 export {
@@ -47,6 +66,11 @@ export {
   SlotguardError,
   StoreError,
 } from './errors.js';
+export {
+  type EnvironmentSendRateStore,
+  registerEnvironmentSendRateStore,
+} from './job/environment-backend.js';
+export { sendRateLimiterFromEnvironment, sendRateScope } from './job/environment-send-rate.js';
 export { defineJob, type JobContext, type JobDefinition } from './job/job-definition.js';
 export {
   CatchUpMode,
@@ -82,7 +106,13 @@ export {
   type SlotBackend,
   type YieldReason,
 } from './job/run-slot.js';
-export { BACKEND_ENV, BackendKind, PostgresRuntimeEnv, RuntimeEnv } from './job/runtime-env.js';
+export {
+  BACKEND_ENV,
+  BackendKind,
+  PostgresRuntimeEnv,
+  RuntimeEnv,
+  SendRateScope,
+} from './job/runtime-env.js';
 export type { SchedulerEvent } from './job/scheduler-event.js';
 export { JobSchedule, type JobScheduleOptions, ScheduleError } from './schedule/fire-times.js';
 export {

@@ -1,9 +1,11 @@
 import { SESv2Client, SendEmailCommand } from '@aws-sdk/client-sesv2';
 import type { Clock } from '../clock.js';
-import { ConfigurationError, EffectNotPerformedError, NotPerformedReason } from '../errors.js';
+import { ConfigurationError } from '../errors.js';
+import { sendRateLimiterFromEnvironment } from '../job/environment-send-rate.js';
 import { RuntimeEnv } from '../job/runtime-env.js';
 import { withoutAddresses } from '../telemetry/safe-error-text.js';
 import type { EmailMessage, EmailSender } from './email-sender.js';
+import { takeSendSlot } from './send-slot.js';
 import { classifySesError } from './ses-error-classification.js';
 import { type RateLimiter, TokenBucket } from './token-bucket.js';
 
@@ -19,13 +21,14 @@ export interface SesEmailSenderOptions {
    */
   readonly client?: SESv2Client;
   /**
-   * Emails per second, at most the account's SES maximum send rate.
+   * Emails per second this sender keeps to, at most the account's SES maximum send rate. A sender
+   * built with `new` keeps to it in its own process; `fromEnvironment` shares it across the job.
    * @default 1
    */
   readonly maxSendRatePerSecond?: number;
   /**
-   * Limits the send rate instead of a token bucket built from `maxSendRatePerSecond`, e.g. one
-   * bucket shared by several senders.
+   * Limits the send rate instead of a token bucket built from `maxSendRatePerSecond`: one bucket
+   * shared by several senders, or a SharedRateLimiter shared by every worker of a job.
    * @default a TokenBucket at maxSendRatePerSecond, burst 1, on `clock`
    */
   readonly rateLimiter?: RateLimiter;
@@ -75,8 +78,12 @@ export class SesEmailSender implements EmailSender {
   }
 
   /**
-   * A sender configured from the variables the ScheduledJob construct sets: SLOTGUARD_SES_FROM and
-   * SLOTGUARD_SEND_RATE.
+   * A sender configured from the variables the ScheduledJob construct sets: SLOTGUARD_SES_FROM,
+   * SLOTGUARD_SEND_RATE, and SLOTGUARD_SEND_RATE_SCOPE. In a job's function the rate is the job's
+   * total, shared by every worker sending at once (shards, continuations, a backfill next to a run)
+   * through a SharedRateLimiter on the job's claims backend; with SLOTGUARD_SEND_RATE_SCOPE=process,
+   * or outside a job (no SLOTGUARD_JOB_ID), each process keeps to it alone. See
+   * sendRateLimiterFromEnvironment. A `rateLimiter` in `options` is used as given.
    */
   static fromEnvironment(
     env: Readonly<Record<string, string | undefined>> = process.env,
@@ -97,7 +104,13 @@ export class SesEmailSender implements EmailSender {
         `${RuntimeEnv.sendRatePerSecond} is ${JSON.stringify(rawRate)}; set a positive number of emails per second`,
       );
     }
-    return new SesEmailSender({ ...options, fromAddress, maxSendRatePerSecond: rate });
+    const rateLimiter =
+      options.rateLimiter ??
+      sendRateLimiterFromEnvironment(env, {
+        ratePerSecond: rate,
+        ...(options.clock ? { clock: options.clock } : {}),
+      });
+    return new SesEmailSender({ ...options, fromAddress, maxSendRatePerSecond: rate, rateLimiter });
   }
 
   /**
@@ -105,14 +118,7 @@ export class SesEmailSender implements EmailSender {
    * rate was cancelled, or SES refused the request); any other error means it may have been sent.
    */
   async send(message: EmailMessage, options: { signal?: AbortSignal } = {}): Promise<void> {
-    try {
-      await this.#limiter.take(options.signal);
-    } catch (cause) {
-      throw new EffectNotPerformedError(
-        'the send was cancelled while waiting for the SES send rate; nothing was sent',
-        { cause: withoutAddresses(cause), reason: NotPerformedReason.Cancelled },
-      );
-    }
+    await takeSendSlot(this.#limiter, options.signal, 'the SES send rate');
     const command = new SendEmailCommand({
       FromEmailAddress: this.#fromAddress,
       Destination: { ToAddresses: [message.to] },

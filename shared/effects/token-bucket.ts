@@ -1,5 +1,6 @@
 import { type Clock, systemClock } from '../clock.js';
 import { ConfigurationError } from '../errors.js';
+import { WaiterQueue } from './waiter-queue.js';
 
 /** Something that lets a caller through at a bounded rate. */
 export interface RateLimiter {
@@ -23,11 +24,25 @@ export interface TokenBucketOptions {
   readonly clock?: Clock;
 }
 
-interface Waiter {
-  readonly resolve: () => void;
-  readonly reject: (reason: unknown) => void;
-  readonly signal: AbortSignal | undefined;
-  readonly onAbort: () => void;
+/**
+ * The rate and burst of a limiter, checked: a positive, finite rate and a whole burst of 1 or more
+ * (1 when not given), or a ConfigurationError naming the value and the fix.
+ */
+export function checkedRate(options: { readonly ratePerSecond: number; readonly burst?: number }): {
+  ratePerSecond: number;
+  burst: number;
+} {
+  const burst = options.burst ?? 1;
+  if (!(options.ratePerSecond > 0) || !Number.isFinite(options.ratePerSecond)) {
+    throw new ConfigurationError(
+      'ratePerSecond',
+      `ratePerSecond is ${options.ratePerSecond}; set a positive number of sends per second`,
+    );
+  }
+  if (!Number.isInteger(burst) || burst < 1) {
+    throw new ConfigurationError('burst', `burst is ${burst}; set a whole number of 1 or more`);
+  }
+  return { ratePerSecond: options.ratePerSecond, burst };
 }
 
 /** Float drift in the refill arithmetic must not cost a whole extra timer round. */
@@ -48,21 +63,14 @@ export class TokenBucket implements RateLimiter {
   readonly #clock: Clock;
   #tokens: number;
   #refilledAt: number;
-  #waiters: Waiter[] = [];
+  readonly #waiters = new WaiterQueue(() => {
+    if (this.#waiters.length === 0) this.#stopTimer();
+  });
   #cancelTimer: (() => void) | undefined;
 
   constructor(options: TokenBucketOptions) {
-    const burst = options.burst ?? 1;
-    if (!(options.ratePerSecond > 0) || !Number.isFinite(options.ratePerSecond)) {
-      throw new ConfigurationError(
-        'ratePerSecond',
-        `ratePerSecond is ${options.ratePerSecond}; set a positive number of sends per second`,
-      );
-    }
-    if (!Number.isInteger(burst) || burst < 1) {
-      throw new ConfigurationError('burst', `burst is ${burst}; set a whole number of 1 or more`);
-    }
-    this.#rate = options.ratePerSecond;
+    const { ratePerSecond, burst } = checkedRate(options);
+    this.#rate = ratePerSecond;
     this.#burst = burst;
     this.#clock = options.clock ?? systemClock;
     this.#tokens = burst;
@@ -76,21 +84,9 @@ export class TokenBucket implements RateLimiter {
       this.#tokens -= 1;
       return Promise.resolve();
     }
-    return new Promise<void>((resolve, reject) => {
-      const waiter: Waiter = {
-        resolve,
-        reject,
-        signal,
-        onAbort: () => {
-          this.#waiters = this.#waiters.filter((w) => w !== waiter);
-          if (this.#waiters.length === 0) this.#stopTimer();
-          reject(signal?.reason);
-        },
-      };
-      signal?.addEventListener('abort', waiter.onAbort, { once: true });
-      this.#waiters.push(waiter);
-      this.#startTimer();
-    });
+    const waiting = this.#waiters.wait(signal);
+    this.#startTimer();
+    return waiting;
   }
 
   /** Callers waiting for a token. */
@@ -122,10 +118,8 @@ export class TokenBucket implements RateLimiter {
   #serve(): void {
     this.#refill();
     while (this.#waiters.length > 0 && this.#tokens >= 1 - EPSILON) {
-      const waiter = this.#waiters.shift()!;
       this.#tokens -= 1;
-      waiter.signal?.removeEventListener('abort', waiter.onAbort);
-      waiter.resolve();
+      this.#waiters.release();
     }
     this.#startTimer();
   }

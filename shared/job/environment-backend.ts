@@ -1,4 +1,5 @@
 import type { EffectKeyHasher } from '../effects/effect-key.js';
+import type { RateLimitStore } from '../effects/rate-limit-store.js';
 import { ConfigurationError } from '../errors.js';
 import type { SlotBackend } from './run-slot.js';
 import { BACKEND_ENV, BackendKind } from './runtime-env.js';
@@ -54,6 +55,34 @@ export function registerEnvironmentBackend(
   registeredBackends.set(kind, build);
 }
 
+/**
+ * Builds a job's send-rate timeline store (see SharedRateLimiter) from the environment: checks the
+ * variables at once, connects on the first reservation.
+ */
+export type EnvironmentSendRateStore = (env: Env, jobId: string) => RateLimitStore;
+
+/** The send-rate stores of the backends other than DynamoDB, registered next to the backends. */
+const registeredSendRateStores = new Map<BackendKind, EnvironmentSendRateStore>();
+
+/**
+ * Makes the shared send rate (SLOTGUARD_SEND_RATE_SCOPE=job) available on `SLOTGUARD_BACKEND=<kind>`
+ * in this process, as registerEnvironmentBackend does for the claims.
+ * @example registerEnvironmentSendRateStore('postgres', postgresSendRateStoreFromEnvironment)
+ */
+export function registerEnvironmentSendRateStore(
+  kind: Exclude<BackendKind, typeof BackendKind.DynamoDB>,
+  build: EnvironmentSendRateStore,
+): void {
+  registeredSendRateStores.set(kind, build);
+}
+
+/** The send-rate store registered for `kind`, or a ConfigurationError saying how to include it. */
+export function registeredSendRateStore(
+  kind: Exclude<BackendKind, typeof BackendKind.DynamoDB>,
+): EnvironmentSendRateStore {
+  return lookUp(registeredSendRateStores, kind);
+}
+
 /** The backend SLOTGUARD_BACKEND names: DynamoDB when it is unset, or a ConfigurationError naming it. */
 export function backendKind(env: Env): BackendKind {
   const raw = env[BACKEND_ENV];
@@ -80,14 +109,20 @@ const HOW_TO_INCLUDE: Record<Exclude<BackendKind, typeof BackendKind.DynamoDB>, 
 export function registeredBackend(
   kind: Exclude<BackendKind, typeof BackendKind.DynamoDB>,
 ): EnvironmentBackend {
-  const build = registeredBackends.get(kind);
-  if (!build) {
-    throw new ConfigurationError(
-      BACKEND_ENV,
-      `${BACKEND_ENV} is ${JSON.stringify(kind)} but this bundle does not include the ${kind} backend; ${HOW_TO_INCLUDE[kind]}`,
-    );
-  }
-  return build;
+  return lookUp(registeredBackends, kind);
+}
+
+/** What `registry` holds for `kind`, or a ConfigurationError saying how to include that backend. */
+function lookUp<T>(
+  registry: ReadonlyMap<BackendKind, T>,
+  kind: Exclude<BackendKind, typeof BackendKind.DynamoDB>,
+): T {
+  const build = registry.get(kind);
+  if (build) return build;
+  throw new ConfigurationError(
+    BACKEND_ENV,
+    `${BACKEND_ENV} is ${JSON.stringify(kind)} but this bundle does not include the ${kind} backend; ${HOW_TO_INCLUDE[kind]}`,
+  );
 }
 
 /** The value of `name`, or a ConfigurationError naming it. */

@@ -42,6 +42,15 @@ export interface JobSpec {
    */
   readonly deadlineMinutes?: number;
   /**
+   * Shards each window is split into: the window's first run sends one message per shard to the
+   * job's work queue and each shard runs as its own fenced claim, in parallel, on the items whose
+   * key hashes to it; the last shard to end finishes the window. A whole number from 1 to 1000
+   * (`MAX_SHARDS`). The count is fixed on a window by its first claim, so changing it never re-splits
+   * an open window. ScheduledJob raises `maxConcurrency` to at least this.
+   * @default 1 (not split: one run at a time works through the window)
+   */
+  readonly shards?: number;
+  /**
    * What to do with windows that passed while nothing fired (the local runner down, a schedule
    * paused): run none, the latest, or all of them, within a maximum lateness. Honoured by the local
    * runner when it starts and by the operator CLI's `backfill`. A deployed schedule never fires a
@@ -104,6 +113,7 @@ export const JOB_DEFAULTS = {
   effectConcurrency: 16,
   timeoutSeconds: 900,
   maxAttempts: 3,
+  shards: 1,
   retentionDays: 35,
   catchUp: { mode: CatchUpMode.Once, maxLatenessMinutes: 1440 },
 } as const;

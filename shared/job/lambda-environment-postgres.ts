@@ -3,12 +3,15 @@ import {
   assertSchemaName,
   createPostgresPool,
   DEFAULT_SCHEMA,
+  PostgresRateLimitStore,
   postgresBackend,
   rdsIamPassword,
   readPostgresSecret,
   secretsManagerPassword,
 } from '../backends/postgres/index.js';
+import { lazyRateLimitStore } from '../effects/rate-limit-store.js';
 import { ConfigurationError } from '../errors.js';
+import { type EnvironmentSendRateStore, registerEnvironmentSendRateStore } from './environment-backend.js';
 import {
   type Env,
   type EnvironmentBackend,
@@ -41,13 +44,51 @@ type Authentication =
  * the runtime never creates tables.
  */
 export const postgresBackendFromEnvironment: EnvironmentBackend = (env, context) => {
+  const { schema, openPool } = postgresConnectionFromEnvironment(env);
+  return async () => {
+    const pool = await openPool({
+      // Each effect in flight holds a connection for its reservation or mark; one more for the
+      // lease renewal, so a renewal never queues behind the run's own effects.
+      max: context.effectConcurrency + 1,
+      applicationName: `slotguard-${context.jobId}`,
+    });
+    return postgresBackend({ pool, schema, hashKey: await context.hashKey() });
+  };
+};
+
+/**
+ * The job's send-rate timeline (SLOTGUARD_SEND_RATE_SCOPE=job) on the same database and schema, on
+ * the database's clock: a pool of its own with one connection, opened on the first send, since a
+ * worker has one reservation in flight at a time and the run's pool is sized to its effects.
+ */
+export const postgresSendRateStoreFromEnvironment: EnvironmentSendRateStore = (env, jobId) => {
+  const { schema, openPool } = postgresConnectionFromEnvironment(env);
+  return lazyRateLimitStore(
+    async () =>
+      new PostgresRateLimitStore({
+        pool: await openPool({ max: 1, applicationName: `slotguard-${jobId}-send-rate` }),
+        schema,
+        jobId,
+      }),
+  );
+};
+
+registerEnvironmentBackend(BackendKind.Postgres, postgresBackendFromEnvironment);
+registerEnvironmentSendRateStore(BackendKind.Postgres, postgresSendRateStoreFromEnvironment);
+
+/**
+ * The database PostgresRuntimeEnv names, checked at once, and a function that opens a pool on it
+ * (TLS unless SLOTGUARD_PG_SSL=false), authenticated by the secret or by an RDS IAM token per
+ * connection.
+ */
+function postgresConnectionFromEnvironment(env: Env) {
   const host = requiredVariable(env, PostgresRuntimeEnv.host);
   const port = portNumber(env);
   const database = requiredVariable(env, PostgresRuntimeEnv.database);
   const schema = schemaName(env);
   const ssl = booleanVariable(env, PostgresRuntimeEnv.ssl, true);
   const auth = authentication(env, ssl);
-  return async () => {
+  const openPool = async (options: { max: number; applicationName: string }) => {
     const credentials =
       auth.kind === 'iam'
         ? {
@@ -60,22 +101,10 @@ export const postgresBackendFromEnvironment: EnvironmentBackend = (env, context)
             }),
           }
         : await secretCredentials(auth);
-    const pool = createPostgresPool({
-      host,
-      port,
-      database,
-      ...credentials,
-      ssl,
-      // Each effect in flight holds a connection for its reservation or mark; one more for the
-      // lease renewal, so a renewal never queues behind the run's own effects.
-      max: context.effectConcurrency + 1,
-      applicationName: `slotguard-${context.jobId}`,
-    });
-    return postgresBackend({ pool, schema, hashKey: await context.hashKey() });
+    return createPostgresPool({ host, port, database, ...credentials, ssl, ...options });
   };
-};
-
-registerEnvironmentBackend(BackendKind.Postgres, postgresBackendFromEnvironment);
+  return { schema, openPool };
+}
 
 /**
  * The user from SLOTGUARD_PG_USER or the secret's `username`, and a password function that re-reads

@@ -18,16 +18,17 @@ import {
   WalkWatermark,
 } from '../effects/resumable-source.js';
 import { ConfigurationError, InvalidEventError, StoreError } from '../errors.js';
-import type {
-  Claim,
-  ClaimOutcome,
-  ClaimStore,
-  Delivery,
-  EffectLedger,
-  FinishOutcome,
-  RunSummary,
-  WindowFinish,
-  WindowSummary,
+import {
+  type Claim,
+  type ClaimOutcome,
+  type ClaimStore,
+  type Delivery,
+  type EffectLedger,
+  type FinishOutcome,
+  type RunSummary,
+  SlotState,
+  type WindowFinish,
+  type WindowSummary,
 } from '../slot/ports.js';
 import { assertShard, canonicalSlot, MAX_SHARDS, type Slot, windowSlot } from '../slot/slot.js';
 import type { Log } from '../telemetry/log.js';
@@ -337,7 +338,7 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
 
   // A window split into shards is not walked here: its coordinator hands it to one message per shard.
   const shards = claim.window.shards ?? 1;
-  if (slot.shard === undefined && shards > 1) return splitWindow(args, o, claim, shards);
+  if (slot.shard === undefined && shards > 1) return splitWindow(args, claim, shards);
 
   // The window hashes with the key version its first claim pinned, whatever is current now.
   let hashKey: EffectKeyHasher;
@@ -434,12 +435,7 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
  * crash before SHARDED leaves the window RUNNING: the takeover sends the shard messages again, and
  * a shard claimed twice runs once (each shard is its own fenced slot).
  */
-async function splitWindow(
-  args: RunSlotArgs,
-  o: ResolvedRunOptions,
-  claim: Claim,
-  shards: number,
-): Promise<RunResult> {
+async function splitWindow(args: RunSlotArgs, claim: Claim, shards: number): Promise<RunResult> {
   const { backend, clock, log, slot } = args;
   const summary = emptySummary(claim.epoch);
   const fanOut = args.fanOut;
@@ -479,6 +475,14 @@ function isShardEnd(outcome: ClaimOutcome): boolean {
   return outcome.kind === 'done' || outcome.kind === 'stuck' || outcome.kind === 'failed';
 }
 
+/** The states in which a shard's record counts toward finishing its window. */
+const ENDED_SHARD_STATES: ReadonlySet<string> = new Set([
+  SlotState.Done,
+  SlotState.Partial,
+  SlotState.Stuck,
+  SlotState.Failed,
+]);
+
 /**
  * A shard reached its end: record it on its window, and if it was the last, finish the window:
  * STUCK when a shard is STUCK or FAILED (naming it), else DONE or PARTIAL counted from the window's
@@ -494,6 +498,17 @@ async function shardEnded(args: RunSlotArgs, shardSlot: Slot): Promise<void> {
   const records = await Promise.all(
     Array.from({ length: sharded.shards }, (_, index) => backend.claims.read({ ...window, shard: index })),
   );
+  // The set says every shard ended once; the records must say so now. A shard given back since
+  // (RELEASED) or running again is not finished: its own end adds it to the set again and retries this.
+  const reopened = records.findIndex((r) => r != null && !ENDED_SHARD_STATES.has(r.state));
+  if (reopened >= 0) {
+    log.info('every shard reported in, but one is running again: the window waits for it', {
+      window: window.window,
+      shard: reopened,
+      state: records[reopened]?.state,
+    });
+    return;
+  }
   const unfinished = records.findIndex((r) => r?.state === 'STUCK' || r?.state === 'FAILED' || !r);
   const runs = records.reduce((n, r) => n + (r?.epoch ?? 0), 0);
   const now = clock.now();

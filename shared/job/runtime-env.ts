@@ -17,8 +17,13 @@ export const RuntimeEnv = {
   retentionDays: 'SLOTGUARD_RETENTION_DAYS',
   /** SES v2: the verified From address and identity. */
   sesFromAddress: 'SLOTGUARD_SES_FROM',
-  /** Maximum emails per second (the account's SES quota). */
+  /** Maximum emails per second (the account's SES quota), across every worker of the job at once. */
   sendRatePerSecond: 'SLOTGUARD_SEND_RATE',
+  /**
+   * Who shares SLOTGUARD_SEND_RATE (SendRateScope): `job`, every worker of the job together through
+   * its claims backend; `process`, each Lambda on its own. Default `job` where SLOTGUARD_JOB_ID is set.
+   */
+  sendRateScope: 'SLOTGUARD_SEND_RATE_SCOPE',
   /** Points the DynamoDB client at another endpoint (dynalite locally). */
   dynamodbEndpoint: 'DYNAMODB_ENDPOINT',
   /**
@@ -31,6 +36,14 @@ export const RuntimeEnv = {
   /** Shards each new window is split into (RunOptions.shards); unset: 1. */
   shards: 'SLOTGUARD_SHARDS',
 } as const;
+
+/**
+ * The values of SLOTGUARD_SEND_RATE_SCOPE. `job`: one send rate for every worker of the job at once
+ * (shards, continuations, a backfill next to a run), kept on a shared timeline in the claims
+ * backend. `process`: each process keeps to the rate by itself, so N workers may send N times it.
+ */
+export const SendRateScope = { Job: 'job', Process: 'process' } as const;
+export type SendRateScope = (typeof SendRateScope)[keyof typeof SendRateScope];
 
 /**
  * Selects the claims backend: `postgres` (set by PostgresClaims) or `dynamodb`, the default when it

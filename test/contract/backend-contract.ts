@@ -25,7 +25,11 @@ function freshSlot(): Slot {
   };
 }
 
-function lease(owner: string, overrides: Partial<LeaseRequest> = {}): LeaseRequest {
+/**
+ * A lease request for `owner` as the contract suites make them: a 60 s lease, 3 attempts, the window
+ * due 6 hours after 2026-11-30T06:00:05Z, unless `overrides` say otherwise (`shards`, `deadline`).
+ */
+export function lease(owner: string, overrides: Partial<LeaseRequest> = {}): LeaseRequest {
   return {
     owner,
     leaseMs: LEASE,

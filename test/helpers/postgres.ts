@@ -29,7 +29,7 @@ export interface PostgresServer {
   /** Ends every session whose application_name is `applicationName` (pg_terminate_backend); returns how many. */
   terminate(applicationName: string): Promise<number>;
   /**
-   * Moves a slot's lease end `ms` into the past: what the database clock passing the lease end looks
+   * Moves a slot's (or a shard's) lease end `ms` into the past: what the database clock passing the lease end looks
    * like to every statement, since each compares lease_until with the database clock. The database
    * clock itself cannot be moved, and a clock offset in the store would be a test switch in
    * production code; ageing the row is the one thing a test changes.
@@ -172,10 +172,13 @@ export async function startPostgres(options: PostgresServerOptions = {}): Promis
       return rows.filter((r) => r.ended).length;
     },
     async ageLease(schema, slot, ms) {
+      // A shard's lease is on its own row, in shard_slots.
+      const [table, shard] =
+        slot.shard === undefined ? ['slots', ''] : ['shard_slots', ' AND shard = $4::integer'];
       await sql(
-        `UPDATE ${escapeIdentifier(schema)}.slots SET lease_until = lease_until - $3::double precision * interval '1 millisecond'
-         WHERE job_id = $1 AND slot_window = $2`,
-        [slot.jobId, slot.window, ms],
+        `UPDATE ${escapeIdentifier(schema)}.${table} SET lease_until = lease_until - $3::double precision * interval '1 millisecond'
+         WHERE job_id = $1 AND slot_window = $2${shard}`,
+        [slot.jobId, slot.window, ms, ...(slot.shard === undefined ? [] : [slot.shard])],
       );
     },
     sql,

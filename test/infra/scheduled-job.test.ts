@@ -1,10 +1,14 @@
-import { type App, type CfnElement, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { App, type CfnElement, Duration, RemovalPolicy, Stack, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as actions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sns from 'aws-cdk-lib/aws-sns';
+import { BUNDLING_STACKS } from 'aws-cdk-lib/cx-api';
+import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { describe, expect, it } from 'vitest';
 import { jobCatalog } from '../../functions/catalog.js';
@@ -12,6 +16,7 @@ import { ClaimsTable } from '../../infra/claims-table.js';
 import { InfraValidationError } from '../../infra/infra-validation-error.js';
 import { ALARM_PAGING, type AlarmKey } from '../../infra/paging.js';
 import { ScheduledJob, type ScheduledJobProps, workQueueMaxReceiveCount } from '../../infra/scheduled-job.js';
+import { SlotguardDashboard } from '../../infra/slotguard-dashboard.js';
 import {
   DEFAULT_DEADLINE_CAP_MINUTES,
   defaultDeadlineSeconds,
@@ -207,6 +212,20 @@ describe('ScheduledJob refuses props that cannot work, naming the construct, the
     );
   });
 
+  it('refuses a send-rate scope the runtime does not know, naming the two it takes', () => {
+    const error = validationError((stack) =>
+      addJob(stack, 'job', jobSpec(), {
+        ses: {
+          identity: 'example.com',
+          fromAddress: 'reports@example.com',
+          sendRateScope: 'account' as 'job',
+        },
+      }),
+    );
+    expect(error.prop).toBe('ses.sendRateScope');
+    expect(error.message).toMatch(/ses.sendRateScope is "account"; set 'job' .* or 'process'/);
+  });
+
   it('refuses a handler entry that does not exist, before bundling tries', () => {
     const error = validationError((stack) =>
       addJob(stack, 'job', jobSpec({ entry: 'functions/nope/handler.ts' })),
@@ -267,6 +286,35 @@ describe('ScheduledJob refuses props that cannot work, naming the construct, the
       "ScheduledJob 'Test/job': maxConcurrency is number 1; the SQS event source takes a whole number from 2 to " +
         "1000 (AWS's limits); leave it unset for 2",
     );
+  });
+
+  it.each([
+    [0, 'number 0'],
+    [1001, 'number 1001'],
+    [2.5, 'number 2.5'],
+  ])('refuses a shard count of %s (a whole number from 1 to 1000)', (shards, described) => {
+    const error = validationError((stack) => addJob(stack, 'job', jobSpec({ shards })));
+    expect(error.prop).toBe('job.shards');
+    expect(error.message).toBe(
+      `ScheduledJob 'Test/job': job.shards is ${described}; set a whole number from 1 to 1000: the parallel shards ` +
+        'each window is split into (1, the default, runs a window in one run at a time)',
+    );
+  });
+
+  it('refuses a maxConcurrency below the shard count: the shards would run in waves, not side by side', () => {
+    const error = validationError((stack) =>
+      addJob(stack, 'job', jobSpec({ shards: 8 }), { maxConcurrency: 4 }),
+    );
+    expect(error.prop).toBe('maxConcurrency');
+    expect(error.message).toBe(
+      "ScheduledJob 'Test/job': maxConcurrency is 4, below job.shards (8): a window's 8 shards would run 4 at a " +
+        'time, in waves, each waiting for a whole run of the one before; set maxConcurrency to 8 or more (leave it ' +
+        'unset for 8), or lower job.shards to 4',
+    );
+    // Out of AWS's range, the default it names is the shard count's.
+    expect(
+      validationError((stack) => addJob(stack, 'job', jobSpec({ shards: 8 }), { maxConcurrency: 1 })).message,
+    ).toContain("(AWS's limits); leave it unset for 8");
   });
 
   it('refuses a missed-run grace shorter than the minute Scheduler fires within, or over a day', () => {
@@ -439,6 +487,29 @@ describe('ScheduledJob: the work queue', () => {
     expect(JSON.stringify(sqsStatements)).not.toContain(logicalIdOf(other.workQueue));
   });
 
+  it("shares the SES rate among every run of the job unless told to keep it per run, with no grant beyond the job's keys", () => {
+    const stack = stackWithoutBundling();
+    const ses = { identity: 'example.com', fromAddress: 'reports@example.com', maxSendRatePerSecond: 14 };
+    const shared = addJob(stack, 'shared', jobSpec({ id: 'shared-rate' }), { ses });
+    const perRun = addJob(stack, 'per-run', jobSpec({ id: 'per-run-rate' }), {
+      ses: { ...ses, sendRateScope: 'process' },
+    });
+    expect(resourceOf(stack, shared.function).Properties.Environment.Variables).toMatchObject({
+      [RuntimeEnv.sendRatePerSecond]: '14',
+      [RuntimeEnv.sendRateScope]: 'job',
+    });
+    expect(resourceOf(stack, perRun.function).Properties.Environment.Variables).toMatchObject({
+      [RuntimeEnv.sendRateScope]: 'process',
+    });
+    // The timeline's item is `<jobId>#ratelimit`: the job's LeadingKeys grant already covers it.
+    const claims = functionStatements(stack, shared).find((statement) =>
+      [statement.Action].flat().includes('dynamodb:UpdateItem'),
+    );
+    expect(claims?.Condition).toEqual({
+      'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['shared-rate#*'] },
+    });
+  });
+
   it("sets the work queue's URL and the deadline for the runtime, and terminates recursive loops", () => {
     const stack = stackWithoutBundling();
     const job = addJob(
@@ -471,6 +542,93 @@ describe('ScheduledJob: the work queue', () => {
         Resource: { 'Fn::GetAtt': [logicalIdOf(job.deadLetterQueue), 'Arn'] },
       },
     ]);
+  });
+});
+
+describe('ScheduledJob: shards', () => {
+  /** The SQS statements of a job function's role, with the job's own queue ARNs named generically. */
+  function sqsGrants(stack: Stack, job: ScheduledJob): Json[] {
+    const statements = functionStatements(stack, job).filter((s) =>
+      [s.Action].flat().some((a: string) => a.startsWith('sqs:')),
+    );
+    return JSON.parse(
+      JSON.stringify(statements)
+        .replaceAll(logicalIdOf(job.workQueue), '<work queue>')
+        .replaceAll(logicalIdOf(job.deadLetterQueue), '<dead-letter queue>'),
+    );
+  }
+
+  function eventSourceOf(stack: Stack, job: ScheduledJob): Json {
+    const mappings = Object.values(
+      Template.fromStack(stack).findResources('AWS::Lambda::EventSourceMapping'),
+    );
+    const own = mappings.filter(
+      (m) => JSON.stringify(m.Properties.FunctionName) === JSON.stringify({ Ref: logicalIdOf(job.function) }),
+    );
+    expect(own).toHaveLength(1);
+    return own[0]!.Properties;
+  }
+
+  it('tells the runtime the shard count, and runs every shard of a window at once by default', () => {
+    const stack = stackWithoutBundling();
+    const sharded = addJob(stack, 'sharded', jobSpec({ id: 'sharded', shards: 16 }));
+    const single = addJob(stack, 'single', jobSpec({ id: 'single' }));
+    // Two shards still get AWS's minimum of 2; a larger maxConcurrency is kept as given.
+    const two = addJob(stack, 'two', jobSpec({ id: 'two', shards: 2 }));
+    const wide = addJob(stack, 'wide', jobSpec({ id: 'wide', shards: 4 }), { maxConcurrency: 12 });
+    const variables = (job: ScheduledJob) => resourceOf(stack, job.function).Properties.Environment.Variables;
+    expect(variables(sharded)[RuntimeEnv.shards]).toBe('16');
+    expect(variables(single)[RuntimeEnv.shards]).toBe('1');
+    expect(sharded.job.shards).toBe(16);
+    expect(single.job.shards).toBe(1);
+    expect(eventSourceOf(stack, sharded).ScalingConfig).toEqual({ MaximumConcurrency: 16 });
+    expect(eventSourceOf(stack, single).ScalingConfig).toEqual({ MaximumConcurrency: 2 });
+    expect(eventSourceOf(stack, two).ScalingConfig).toEqual({ MaximumConcurrency: 2 });
+    expect(eventSourceOf(stack, wide).ScalingConfig).toEqual({ MaximumConcurrency: 12 });
+  });
+
+  it('adds no resource, no grant and no recursion allowance: the fan-out is a send to its own queue', () => {
+    const singleStack = stackWithoutBundling();
+    const single = addJob(singleStack, 'job', jobSpec({ id: 'job' }));
+    const shardedStack = stackWithoutBundling();
+    const sharded = addJob(shardedStack, 'job', jobSpec({ id: 'job', shards: 100 }));
+    const count = (stack: Stack) => Object.keys(Template.fromStack(stack).toJSON().Resources).length;
+    expect(count(shardedStack)).toBe(count(singleStack));
+    // The coordinator's one SendMessage per shard is the grant a direct invoke's continuation already had.
+    expect(sqsGrants(shardedStack, sharded)).toEqual(sqsGrants(singleStack, single));
+    expect(sqsGrants(shardedStack, sharded)).toContainEqual({
+      Effect: 'Allow',
+      Action: ['sqs:ChangeMessageVisibility', 'sqs:SendMessage'],
+      Resource: { 'Fn::GetAtt': ['<work queue>', 'Arn'] },
+    });
+    expect(resourceOf(shardedStack, sharded.function).Properties.RecursiveLoop).toBe('Terminate');
+    // Every shard's message is bounded like a window's: the shard is held to the window's deadline.
+    expect(resourceOf(shardedStack, sharded.workQueue).Properties.RedrivePolicy.maxReceiveCount).toBe(
+      resourceOf(singleStack, single.workQueue).Properties.RedrivePolicy.maxReceiveCount,
+    );
+  });
+
+  it('says on the dashboard how a job splits its windows, and counts its runs per shard', () => {
+    const stack = stackWithoutBundling();
+    const sharded = addJob(stack, 'sharded', jobSpec({ id: 'sharded', shards: 4 }));
+    const single = addJob(stack, 'single', jobSpec({ id: 'single' }));
+    new SlotguardDashboard(stack, 'Dashboard', { jobs: [sharded, single] });
+    expect(sharded.metricRunsPerWindow().label).toBe('runs per shard');
+    expect(single.metricRunsPerWindow().label).toBe('runs per window');
+    const body = JSON.stringify(Template.fromStack(stack).findResources('AWS::CloudWatch::Dashboard'));
+    expect(body.match(/shards per window/g)).toEqual(['shards per window']);
+    expect(body).toContain('deadline 360 min, 4 shards per window');
+  });
+
+  it('passes cdk-nag with a sharded job, with no acknowledgement beyond a single job’s', () => {
+    const app = new App({ context: { [BUNDLING_STACKS]: [] } });
+    const stack = new Stack(app, 'Test');
+    addJob(stack, 'job', jobSpec({ shards: 32 }));
+    Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+    const assembly = app.synth();
+    const report = JSON.parse(readFileSync(join(assembly.directory, 'validation-report.json'), 'utf8'));
+    const findings = report.pluginReports.flatMap((r: { violations?: unknown[] }) => r.violations ?? []);
+    expect(findings).toEqual([]);
   });
 });
 

@@ -151,6 +151,30 @@ describe('Postgres backend: advisory-lock key', () => {
       expect(BigInt(row!.key)).toBe(golden);
     }
   });
+
+  it("gives each shard a pinned key of its own, so a shard's claimers never queue behind its window's or a sibling's", async () => {
+    const window = { jobId: 'weekly-report', window: '2026-11-30T06:00:00Z' };
+    const shards: [number, bigint][] = [
+      [0, -3772732447102152469n],
+      [3, 4717759141520556958n],
+      [999, 6001973466191977464n],
+    ];
+    for (const [shard, golden] of shards) {
+      expect(advisoryLockKey({ ...window, shard })).toBe(golden);
+      // First 8 bytes of SHA-256 of `${jobId}\n${window}\nshard ${shard}`, signed.
+      const [row] = await postgres.sql<{ key: string }>(
+        `SELECT ('x' || left(encode(sha256(convert_to($1 || chr(10) || $2 || chr(10) || 'shard ' || $3, 'UTF8')), 'hex'), 16))::bit(64)::bigint::text AS key`,
+        [window.jobId, window.window, shard],
+      );
+      expect(BigInt(row!.key)).toBe(golden);
+    }
+    const keys = new Set([
+      advisoryLockKey(window),
+      ...shards.map(([shard]) => advisoryLockKey({ ...window, shard })),
+    ]);
+    expect(keys.size).toBe(4);
+    expect(advisoryLockKey(window)).toBe(3657830839355548778n);
+  });
 });
 
 describe('Postgres backend: a holder that dies, freezes or drifts', () => {
@@ -329,6 +353,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
         new Date(DEADLINE),
         null,
         null,
+        1, // the window's split: not split
       ])
     ).rows;
     expect(granted).toMatchObject({ epoch: 2 });
@@ -415,6 +440,7 @@ describe('Postgres backend: a holder that dies, freezes or drifts', () => {
             new Date(DEADLINE),
             null,
             null,
+            1, // the window's split: not split
           ]);
           return rows as { epoch: number }[];
         }),
@@ -714,7 +740,7 @@ describe('Postgres backend: schema, timeouts and operations', () => {
       'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name',
       [schema],
     );
-    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'slots']);
+    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'send_rates', 'shard_slots', 'slots']);
   });
 
   it('migrates from the command line and prints the script for review', async () => {
@@ -981,4 +1007,70 @@ const summaryOf = (runs: number) => ({
   inDoubtKeys: [],
   failedKeys: [],
   runs,
+});
+
+describe('Postgres backend: shards on the database clock', () => {
+  it('refuses a split it cannot store, a shard split again and a shard out of range, naming the value', async () => {
+    const backend = postgres.backend(await postgres.freshSchema());
+    const window = freshSlot();
+    for (const shards of [0, 2.5, 1_001]) {
+      await expect(backend.claims.claim(window, lease('a', { shards }), Date.now())).rejects.toThrow(
+        new RegExp(
+          `lease.shards is number ${shards}; a window is split into a whole number of shards from 1`,
+        ),
+      );
+    }
+    expect(await backend.claims.read(window)).toBeUndefined();
+    const { claim: shard } = await claimOrFail(backend, { ...window, shard: 1 }, 'shard-1');
+    await expect(backend.claims.release(shard, { kind: 'sharded', shards: 2 }, Date.now())).rejects.toThrow(
+      /shard 1 was released as split into 2 shards, but it is itself a shard/,
+    );
+    expect(await backend.claims.read({ ...window, shard: 1 })).toMatchObject({ state: 'RUNNING' });
+    await expect(backend.claims.shardFinished(window, -1)).rejects.toThrow(
+      /shard is number -1; a shard is a whole number from 0/,
+    );
+  });
+
+  it("fences a shard's reservations by its own row: a lock on its window's row never holds them up, a takeover of the shard ends them", async () => {
+    const schema = await postgres.freshSchema();
+    const backend = postgres.backend(schema, { timeouts: { lockMs: 1_000 } });
+    const window = freshSlot();
+    const shard0 = { ...window, shard: 0 };
+    const coordinator = await backend.claims.claim(window, lease('coordinator', { shards: 2 }), Date.now());
+    if (coordinator.kind !== 'claimed') throw new Error(coordinator.kind);
+    await backend.claims.release(coordinator.claim, { kind: 'sharded', shards: 2 }, Date.now());
+    const { claim: first } = await claimOrFail(backend, shard0, 'shard-0');
+
+    // Someone holds the window's row (as finishing the window does): the shard reserves regardless,
+    // within its lock_timeout, since its lease check locks the shard's row alone.
+    const holder = await postgres.pool({ applicationName: 'window-row-holder', max: 1 }).connect();
+    await holder.query('BEGIN');
+    await holder.query(
+      `SELECT 1 FROM ${escapeIdentifier(schema)}.slots WHERE job_id = $1 AND slot_window = $2 FOR UPDATE`,
+      [window.jobId, window.window],
+    );
+    try {
+      expect(await backend.ledger.reserveMany(first, ['k1', 'k2'], reserving())).toEqual([
+        { kind: 'reserved', rerun: false, attempt: 1 },
+        { kind: 'reserved', rerun: false, attempt: 1 },
+      ]);
+    } finally {
+      await holder.query('COMMIT');
+      holder.release();
+    }
+    await backend.ledger.markDone(first, ['k1']);
+
+    // The database clock passes the shard's lease end: another run takes the shard over.
+    await postgres.ageLease(schema, shard0, 2 * LEASE);
+    const { claim: second } = await claimOrFail(backend, shard0, 'shard-0-again');
+    expect(second).toMatchObject({ epoch: 2, via: 'takeover' });
+    expect(await backend.ledger.reserve(first, 'k3', reserving())).toEqual({ kind: 'fenced', epoch: 2 });
+    expect(await backend.ledger.reserve(second, 'k2', reserving())).toEqual({ kind: 'in-doubt', epoch: 1 });
+    // The effects are the window's, each stamped with the shard that wrote it; the window is untouched.
+    expect((await listAll(backend, window)).map((r) => [r.keyHash, r.state, r.shard])).toEqual([
+      ['k1', 'DONE', 0],
+      ['k2', 'RESERVED', 0],
+    ]);
+    expect(await backend.claims.read(window)).toMatchObject({ state: 'SHARDED', epoch: 1, shards: 2 });
+  });
 });

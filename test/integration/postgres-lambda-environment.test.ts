@@ -3,7 +3,9 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
+import { SharedRateLimiter } from '../../shared/effects/shared-rate-limiter.js';
 import { ConfigurationError } from '../../shared/errors.js';
+import { sendRateLimiterFromEnvironment } from '../../shared/job/environment-send-rate.js';
 // What PostgresClaims injects into a Postgres-backed function's bundle: importing it registers the
 // backend for SLOTGUARD_BACKEND=postgres.
 import '../../shared/job/lambda-environment-postgres.js';
@@ -113,6 +115,24 @@ describe('a Lambda handler configured for Postgres from the environment Postgres
     );
     expect(sessions?.n).toBeGreaterThanOrEqual(1);
     expect(sessions?.n).toBeLessThanOrEqual(9);
+  });
+
+  it("builds the job's shared send rate from the same environment, on the job's row of its schema, connecting on the first send", async () => {
+    const schema = await postgres.freshSchema('lambda_env');
+    const env = postgresEnvironment(schema);
+    // Two Lambdas of the job (a run and a backfill): one timeline between them.
+    const limiters = [1, 2].map(() => sendRateLimiterFromEnvironment(env, { ratePerSecond: 1_000 }));
+    expect(limiters.every((l) => l instanceof SharedRateLimiter)).toBe(true);
+    expect(await postgres.sql(`SELECT job_id FROM ${schema}.send_rates`)).toEqual([]);
+
+    await Promise.all(limiters.map((l) => l.take()));
+    expect(await postgres.sql(`SELECT job_id FROM ${schema}.send_rates`)).toEqual([
+      { job_id: 'weekly-report' },
+    ]);
+    expect(limiters.map((l) => (l as SharedRateLimiter).stats)).toEqual([
+      { reservations: 1, reserved: 1, used: 1, lost: 0 },
+      { reservations: 1, reserved: 1, used: 1, lost: 0 },
+    ]);
   });
 
   it('does not email anyone twice when two Lambda environments get the same fire at once', async () => {

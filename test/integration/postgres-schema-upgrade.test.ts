@@ -1,6 +1,6 @@
 import { escapeIdentifier } from 'pg';
 import { describe, expect, it } from 'vitest';
-import { migrate, SCHEMA_VERSION } from '../../shared/backends/postgres/index.js';
+import { migrate, PostgresRateLimitStore, SCHEMA_VERSION } from '../../shared/backends/postgres/index.js';
 import { ConfigurationError } from '../../shared/errors.js';
 import type { LeaseRequest } from '../../shared/slot/ports.js';
 import { type Slot, windowOf } from '../../shared/slot/slot.js';
@@ -74,11 +74,83 @@ const version2 = (q: string) => [
   `ALTER TABLE ${q}.effects ADD COLUMN operator_action text`,
 ];
 
+const version3 = (q: string) => [
+  ...version2(q),
+  `ALTER TABLE ${q}.slots ADD COLUMN deadline timestamptz`,
+  `ALTER TABLE ${q}.slots ADD COLUMN checkpoint jsonb`,
+  `ALTER TABLE ${q}.slots ADD COLUMN progress jsonb`,
+  `ALTER TABLE ${q}.slots ADD COLUMN runs_without_progress integer NOT NULL DEFAULT 0`,
+  `ALTER TABLE ${q}.slots ADD COLUMN resume_after timestamptz`,
+  `ALTER TABLE ${q}.slots ADD COLUMN key_version text`,
+  `ALTER TABLE ${q}.effects ADD COLUMN attempts integer NOT NULL DEFAULT 0`,
+  `ALTER TABLE ${q}.effects ADD COLUMN retry_at timestamptz`,
+  `ALTER TABLE ${q}.effects ADD COLUMN reason text`,
+  `ALTER TABLE ${q}.slots DROP CONSTRAINT slots_state_check`,
+  `ALTER TABLE ${q}.slots ADD CONSTRAINT slots_state_check
+     CHECK (state IN ('RUNNING', 'DONE', 'PARTIAL', 'RELEASED', 'FAILED', 'STUCK'))`,
+  `ALTER TABLE ${q}.effects DROP CONSTRAINT effects_state_check`,
+  `ALTER TABLE ${q}.effects ADD CONSTRAINT effects_state_check CHECK (state IN ('RESERVED', 'DONE', 'FAILED'))`,
+];
+
+const VERSIONS = { 1: version1, 2: version2, 3: version3 } as const;
+
+/**
+ * The claim a version-3 build sends, copied from its sql.ts: a replica still running that build
+ * during a rolling deploy keeps sending it to a schema already migrated to version 4.
+ * $1 job, $2 window, $3 owner, $4 now, $5 lease ms, $6 max attempts, $7 caller's clock,
+ * $8 execution id, $9 attempt number, $10 invocation id, $11 expires at (epoch seconds),
+ * $12 backfilled, $13 deadline, $14 takeover-before, $15 key version.
+ */
+const version3Claim = (q: string) => `
+  WITH t AS (SELECT COALESCE($4::timestamptz, clock_timestamp()) AS now)
+  INSERT INTO ${q}.slots AS s (
+    job_id, slot_window, state, owner, epoch, lease_until, attempts, failures, max_attempts,
+    claimed_at, claimer_clock, execution_id, attempt_number, invocation_id, backfilled, expires_at,
+    deadline, key_version)
+  SELECT $1::text, $2::text, 'RUNNING', $3::text, 1, t.now + $5::double precision * interval '1 millisecond',
+    1, 0, $6::integer, t.now, $7::timestamptz, $8::text, $9::integer, $10::text, $12::boolean,
+    to_timestamp($11::double precision), $13::timestamptz, $15::text
+  FROM t
+  ON CONFLICT (job_id, slot_window) DO UPDATE SET
+    state = 'RUNNING', owner = EXCLUDED.owner, epoch = s.epoch + 1, lease_until = EXCLUDED.lease_until,
+    attempts = s.attempts + 1, max_attempts = EXCLUDED.max_attempts, claimed_at = EXCLUDED.claimed_at,
+    claimer_clock = EXCLUDED.claimer_clock, previous_owner = s.owner, previous_state = s.state,
+    execution_id = EXCLUDED.execution_id, attempt_number = EXCLUDED.attempt_number,
+    invocation_id = EXCLUDED.invocation_id, backfilled = EXCLUDED.backfilled,
+    expires_at = EXCLUDED.expires_at, deadline = COALESCE(s.deadline, EXCLUDED.deadline),
+    key_version = COALESCE(s.key_version, EXCLUDED.key_version), progress = NULL, resume_after = NULL
+  WHERE (s.state = 'RUNNING' AND s.lease_until < COALESCE($14::timestamptz, EXCLUDED.claimed_at))
+    OR (s.state = 'RELEASED' AND (s.resume_after IS NULL OR s.resume_after <= EXCLUDED.claimer_clock))
+  RETURNING s.epoch, s.lease_until, s.previous_owner, s.previous_state, s.deadline, s.checkpoint,
+    s.runs_without_progress, s.key_version`;
+
+/** Claims `slot` for `owner` at `at` the way a version-3 build does; returns the epochs granted. */
+async function claimAsVersion3(q: string, slot: Slot, owner: string, at: number): Promise<number[]> {
+  const granted = await postgres.sql<{ epoch: number }>(version3Claim(q), [
+    slot.jobId,
+    slot.window,
+    owner,
+    new Date(at),
+    60_000,
+    3,
+    new Date(at),
+    null,
+    null,
+    owner,
+    Math.ceil(WINDOW_MS / 1000) + 35 * 86_400,
+    false,
+    new Date(DEADLINE),
+    new Date(at),
+    null,
+  ]);
+  return granted.map((row) => row.epoch);
+}
+
 /** A new schema as an older build's migration left it, at `version`. */
-async function schemaAt(version: 1 | 2): Promise<{ schema: string; q: string }> {
+async function schemaAt(version: 1 | 2 | 3): Promise<{ schema: string; q: string }> {
   const schema = postgres.uniqueSchemaName(`v${version}`);
   const q = escapeIdentifier(schema);
-  for (const statement of (version === 1 ? version1 : version2)(q)) await postgres.sql(statement);
+  for (const statement of VERSIONS[version](q)) await postgres.sql(statement);
   await postgres.sql(`INSERT INTO ${q}.schema_version (version) VALUES ($1)`, [version]);
   return { schema, q };
 }
@@ -138,7 +210,8 @@ async function stateChecks(schema: string) {
   return postgres.sql<{ conname: string; oid: number; definition: string }>(
     `SELECT c.conname, c.oid::integer AS oid, pg_get_constraintdef(c.oid) AS definition
      FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace
-     WHERE n.nspname = $1 AND c.conname IN ('slots_state_check', 'effects_state_check') ORDER BY c.conname`,
+     WHERE n.nspname = $1 AND c.conname IN ('slots_state_check', 'effects_state_check', 'shard_slots_state_check')
+     ORDER BY c.conname`,
     [schema],
   );
 }
@@ -148,7 +221,7 @@ const toldToMigrate = (error: unknown) =>
   /older than this version of slotguard.*run the migration/.test(error.message);
 
 describe('Postgres schema upgrades', () => {
-  it('brings a version-2 schema to version 3 with every row kept, and tells a version-3 build to migrate until then', async () => {
+  it('brings a version-2 schema to the current version with every row kept, and tells a new build to migrate until then', async () => {
     const { schema, q } = await schemaAt(2);
     const slots = { done: freshSlot(), running: freshSlot(), released: freshSlot(), failed: freshSlot() };
     await olderRows(q, slots);
@@ -161,12 +234,12 @@ describe('Postgres schema upgrades', () => {
     const pool = postgres.pool({ max: 3 });
     // Three replicas deploying at once: one upgrades, the others find it done.
     const results = await Promise.all([1, 2, 3].map(() => migrate(pool, { schema })));
-    expect(results.filter((r) => r.applied)).toEqual([{ schema, version: 3, applied: true }]);
+    expect(results.filter((r) => r.applied)).toEqual([{ schema, version: SCHEMA_VERSION, applied: true }]);
     expect(await migrate(pool, { schema })).toEqual({ schema, version: SCHEMA_VERSION, applied: false });
     const versions = await postgres.sql<{ version: number }>(
       `SELECT version FROM ${q}.schema_version ORDER BY version`,
     );
-    expect(versions.map((v) => v.version)).toEqual([2, 3]);
+    expect(versions.map((v) => v.version)).toEqual([2, SCHEMA_VERSION]);
 
     // The older rows, as the new build reads them: no deadline, no checkpoint, no runs without progress.
     const done = await backend.claims.read(slots.done);
@@ -217,26 +290,55 @@ describe('Postgres schema upgrades', () => {
     });
   });
 
-  it('leaves an upgraded schema identical to a new one: the same columns, constraints and indexes', async () => {
-    const upgraded = await schemaAt(2);
-    await migrate(postgres.pool({ max: 1 }), { schema: upgraded.schema });
-    const fresh = await postgres.freshSchema('v3');
-    const [a, b] = [await catalogOf(upgraded.schema), await catalogOf(fresh)];
-    // slots 20 + 2 + 6 columns (versions 1, 2, 3), effects 9 + 1 + 3, schema_version 2.
-    expect(a.columns).toHaveLength(43);
-    expect(a.constraints.length).toBeGreaterThanOrEqual(9);
-    expect(a).toEqual(b);
-    const checks = await stateChecks(fresh);
-    expect(checks.map((c) => [c.conname, c.definition])).toEqual([
-      [
-        'effects_state_check',
-        "CHECK ((state = ANY (ARRAY['RESERVED'::text, 'DONE'::text, 'FAILED'::text])))",
-      ],
-      [
-        'slots_state_check',
-        "CHECK ((state = ANY (ARRAY['RUNNING'::text, 'DONE'::text, 'PARTIAL'::text, 'RELEASED'::text, 'FAILED'::text, 'STUCK'::text])))",
-      ],
-    ]);
+  it.each([1, 2, 3] as const)(
+    'leaves a version-%i schema, upgraded, identical to a new one: the same columns, constraints and indexes',
+    async (version) => {
+      const upgraded = await schemaAt(version);
+      await migrate(postgres.pool({ max: 1 }), { schema: upgraded.schema });
+      const fresh = await postgres.freshSchema(`v${SCHEMA_VERSION}`);
+      const [a, b] = [await catalogOf(upgraded.schema), await catalogOf(fresh)];
+      // slots 20 + 2 + 6 + 2 columns (versions 1, 2, 3, 4), effects 9 + 1 + 3 + 1, schema_version 2,
+      // shard_slots 29 (version 4: a slot row's 27 columns less the split, its key's shard), and
+      // send_rates 3 (version 4).
+      expect(a.columns).toHaveLength(78);
+      expect(a.constraints.length).toBeGreaterThanOrEqual(15);
+      expect(a.indexes.map((i) => i.indexname)).toEqual(expect.arrayContaining(['shard_slots_pkey', 'send_rates_pkey']));
+      expect(a).toEqual(b);
+      const checks = await stateChecks(fresh);
+      expect(checks.map((c) => [c.conname, c.definition])).toEqual([
+        [
+          'effects_state_check',
+          "CHECK ((state = ANY (ARRAY['RESERVED'::text, 'DONE'::text, 'FAILED'::text])))",
+        ],
+        [
+          'shard_slots_state_check',
+          "CHECK ((state = ANY (ARRAY['RUNNING'::text, 'DONE'::text, 'PARTIAL'::text, 'RELEASED'::text, 'FAILED'::text, 'STUCK'::text])))",
+        ],
+        [
+          'slots_state_check',
+          "CHECK ((state = ANY (ARRAY['RUNNING'::text, 'DONE'::text, 'PARTIAL'::text, 'RELEASED'::text, 'FAILED'::text, 'STUCK'::text, 'SHARDED'::text])))",
+        ],
+      ]);
+    },
+  );
+
+  it('keeps the primary keys a version-3 build claims by, so its replicas still claim during a rolling deploy', async () => {
+    const { schema, q } = await schemaAt(3);
+    const slot = freshSlot();
+    await migrate(postgres.pool({ max: 1 }), { schema });
+    const now = Date.now();
+    const claimByVersion3 = (owner: string, at: number) => claimAsVersion3(q, slot, owner, at);
+    // The old build's upsert still names slots' key: it grants, and a live lease still holds it off.
+    expect(await claimByVersion3('old-build', now)).toEqual([1]);
+    expect(await claimByVersion3('old-build-2', now + 1_000)).toEqual([]);
+    const backend = postgres.backend(schema, { leaseClock: 'caller' });
+    // The new build reads its row as a window that is not split, and takes it over once it ends.
+    expect(await backend.claims.read(slot)).toMatchObject({ owner: 'old-build', epoch: 1 });
+    expect((await backend.claims.read(slot))?.shards).toBeUndefined();
+    const taken = await backend.claims.claim(slot, lease('new-build', { shards: 4 }), now + 61_000);
+    expect(taken).toMatchObject({ kind: 'claimed', claim: { epoch: 2, via: 'takeover' } });
+    expect(taken.kind === 'claimed' && taken.claim.window.shards).toBeUndefined();
+    expect(await backend.claims.read(slot)).toMatchObject({ epoch: 2, shards: 1 });
   });
 
   it('does not re-create a state CHECK that already lists every state when migrating again', async () => {
@@ -244,7 +346,7 @@ describe('Postgres schema upgrades', () => {
     const pool = postgres.pool({ max: 1 });
     await migrate(pool, { schema });
     const before = await stateChecks(schema);
-    expect(before).toHaveLength(2);
+    expect(before).toHaveLength(3);
     expect(await migrate(pool, { schema })).toMatchObject({ applied: false });
     // The same constraints (same oids): an up-to-date schema is neither altered nor scanned again.
     expect(await stateChecks(schema)).toEqual(before);
@@ -266,13 +368,13 @@ describe('Postgres schema upgrades', () => {
 
     expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
       schema,
-      version: 3,
+      version: SCHEMA_VERSION,
       applied: true,
     });
     const versions = await postgres.sql<{ version: number }>(
       `SELECT version FROM ${q}.schema_version ORDER BY version`,
     );
-    expect(versions.map((v) => v.version)).toEqual([1, 3]);
+    expect(versions.map((v) => v.version)).toEqual([1, SCHEMA_VERSION]);
     const kept = await backend.claims.read(slot);
     expect(kept).toMatchObject({ state: 'DONE', owner: 'old-build', epoch: 1, runsWithoutProgress: 0 });
     expect(kept?.delivery.backfilled).toBeUndefined();
@@ -282,5 +384,37 @@ describe('Postgres schema upgrades', () => {
       delivery: { backfilled: true },
       deadline: DEADLINE,
     });
+  });
+
+  it('brings a version-3 schema to version 4 with its rows kept, and the shared send rate works after', async () => {
+    const { schema, q } = await schemaAt(3);
+    const slot = freshSlot();
+    const now = Date.now();
+    expect(await claimAsVersion3(q, slot, 'old-build', now)).toEqual([1]);
+    const backend = postgres.backend(schema);
+    const store = new PostgresRateLimitStore({
+      pool: postgres.pool({ max: 1 }),
+      schema,
+      jobId: 'upgrade-job',
+    });
+    await expect(store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 })).rejects.toSatisfy(
+      (error: unknown) =>
+        error instanceof ConfigurationError &&
+        /run the migration first: slotguard postgres migrate/.test(error.message),
+    );
+
+    expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
+      schema,
+      version: SCHEMA_VERSION,
+      applied: true,
+    });
+    const versions = await postgres.sql<{ version: number }>(
+      `SELECT version FROM ${q}.schema_version ORDER BY version`,
+    );
+    expect(versions.map((v) => v.version)).toEqual([3, SCHEMA_VERSION]);
+    expect(await backend.claims.read(slot)).toMatchObject({ state: 'RUNNING', owner: 'old-build', epoch: 1 });
+    const first = await store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 });
+    const second = await store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 });
+    expect(second.start - first.start).toBeCloseTo(100, 3);
   });
 });

@@ -125,19 +125,36 @@ async function windowWithTwoInDoubt(time: string) {
   return { ...w, clock, slot, hashes };
 }
 
+/** `slots list` of payment-reminder's windows from `from` to `to`. */
+const listReminders = (from: string, to: string, ...more: string[]) => [
+  'slots',
+  'list',
+  '--job',
+  'payment-reminder',
+  '--from',
+  from,
+  '--to',
+  to,
+  ...more,
+];
+
 /** payment-reminder's deadline as deployed: the 15-minute gap to its next window. */
 const REMINDER_DEADLINE = 15 * 60_000;
 
-/** Claims a payment-reminder window directly, as a run would, with the deployed deadline. */
+/**
+ * Claims a payment-reminder window directly, as a run would, with the deployed deadline; `split`
+ * claims one shard of it, or splits a new window into `shards` (its coordinator's claim).
+ */
 async function claimWindow(
   w: Awaited<ReturnType<typeof world>>,
   time: string,
   now: number,
   owner = 'replica-9/abc',
+  split: { readonly shard?: number; readonly shards?: number } = {},
 ) {
   const window = `2026-11-30T${time}:00Z`;
   const outcome = await w.backend.backend.claims.claim(
-    { jobId: 'payment-reminder', window },
+    { jobId: 'payment-reminder', window, ...(split.shard !== undefined ? { shard: split.shard } : {}) },
     {
       owner,
       leaseMs: 60_000,
@@ -145,6 +162,7 @@ async function claimWindow(
       expiresAtSeconds: at(time) / 1000 + 35 * 86_400,
       deadline: at(time) + REMINDER_DEADLINE,
       delivery: {},
+      ...(split.shards !== undefined ? { shards: split.shards } : {}),
     },
     now,
   );
@@ -666,20 +684,7 @@ describe('slotguard slots show and list for windows that did not finish cleanly'
   it('counts STUCK, PARTIAL and past-deadline windows as problems in slots list', async () => {
     const clock = new ManualClock(at('07:20'));
     const w = await fourWindows(clock);
-    const listed = await cli(
-      [
-        'slots',
-        'list',
-        '--job',
-        'payment-reminder',
-        '--from',
-        '2026-11-30T06:00Z',
-        '--to',
-        '2026-11-30T06:50Z',
-        ...w.where,
-      ],
-      clock,
-    );
+    const listed = await cli(listReminders('2026-11-30T06:00Z', '2026-11-30T06:50Z', ...w.where), clock);
     expect(listed.code).toBe(1);
     expect(listed.out).toMatch(/06:15:00Z.*STUCK.*stuck/);
     expect(listed.out).toMatch(/06:30:00Z.*PARTIAL.*\s2\s+partial/);
@@ -708,6 +713,318 @@ describe('slotguard slots show and list for windows that did not finish cleanly'
     const report = await w.runner.fire(job, new Date(at('06:15')));
     expect(report).toMatchObject({ state: 'DONE', epoch: 2, done: 3 });
     expect(sink.total()).toBe(1);
+  });
+});
+
+/**
+ * A payment-reminder window split into 4 shards, as the runtime leaves it half way: shard 0 DONE
+ * (sent the first invoice), shard 1 RUNNING under a live lease (the second invoice reserved, under
+ * way), shard 2 STUCK, shard 3 not claimed yet. The window is SHARDED, shards 0 and 2 recorded ended.
+ */
+async function windowInFourShards(w: Awaited<ReturnType<typeof world>>, time: string) {
+  const { claims, ledger } = w.backend.backend;
+  const window = { jobId: 'payment-reminder', window: `2026-11-30T${time}:00Z` };
+  const coordinator = await claimWindow(w, time, at(time) + 1_000, 'replica-1/coordinator', { shards: 4 });
+  await claims.release(coordinator, { kind: 'sharded', shards: 4 }, at(time) + 2_000);
+  const hashes = await invoiceHashes(w, time);
+  const first = await claimWindow(w, time, at(time) + 3_000, 'replica-2/s0', { shard: 0 });
+  await ledger.reserve(first, hashes[0]!, { rerunInDoubt: false, now: at(time) + 3_000 });
+  await ledger.markDone(first, [hashes[0]!]);
+  const one = { done: 1, inDoubt: 0, failed: 0, inDoubtKeys: [], failedKeys: [], runs: 1 };
+  await claims.complete(first, one, at(time) + 4_000);
+  await claims.shardFinished(window, 0);
+  const live = await claimWindow(w, time, at(time) + 20_000, 'replica-3/s1', { shard: 1 });
+  await ledger.reserve(live, hashes[1]!, { rerunInDoubt: false, now: at(time) + 20_000 });
+  await claims.checkpoint(
+    live,
+    { positions: { invoices: '1' }, walked: false },
+    { done: 0, skipped: 1, inDoubt: 0, failed: 0, retrying: 0, inDoubtKeys: [], failedKeys: [], epoch: 1 },
+  );
+  const stuck = await claimWindow(w, time, at(time) + 5_000, 'replica-4/s2', { shard: 2 });
+  await claims.release(
+    stuck,
+    {
+      kind: 'stuck',
+      reason: 'no progress in 3 consecutive runs (the last stopped: provider-failing)',
+      checkpoint: { positions: { invoices: '2' }, walked: false },
+      runsWithoutProgress: 3,
+    },
+    at(time) + 6_000,
+  );
+  await claims.shardFinished(window, 2);
+  return { window, hashes, live };
+}
+
+describe('slotguard slots for a window split into shards', () => {
+  const show = (time: string, ...more: string[]) => [
+    'slots',
+    'show',
+    '--job',
+    'payment-reminder',
+    '--window',
+    `2026-11-30T${time}:00Z`,
+    ...more,
+  ];
+
+  it('shows which shards finished and each shard’s record in a table; an effect a live shard reserved is under way, not in doubt', async () => {
+    const clock = new ManualClock(at('06:30') + 30_000);
+    const w = await world(clock);
+    await windowInFourShards(w, '06:30');
+
+    const shown = await cli(show('06:30', ...w.where), clock);
+    expect(shown.code).toBe(1);
+    expect(shown.out).toContain('state        SHARDED  [stuck shard 2]');
+    expect(shown.out).toContain('shards       2 of 4 shards finished (0, 2)');
+    expect(shown.out).toMatch(
+      /shard\s+state\s+epoch\s+holder\s+lease end\s+checkpoint\s+progress\s+no progress\s+done\s+in doubt\s+under way\s+refused/,
+    );
+    expect(shown.out).toMatch(/\n\s+0\s+DONE\s+1\s+replica-2\s+-\s+-\s+-\s+0\s+1\s+0\s+0\s+0\n/);
+    expect(shown.out).toMatch(
+      /\n\s+1\s+RUNNING \(lease live\)\s+1\s+replica-3\s+2026-11-30T06:31:20Z\s+invoices at "1"\s+0 done, 1 skipped\s+0\s+0\s+0\s+1\s+0\n/,
+    );
+    expect(shown.out).toMatch(
+      /\n\s+2\s+STUCK\s+1\s+replica-4\s+-\s+invoices at "2"\s+-\s+3\s+0\s+0\s+0\s+0\n/,
+    );
+    expect(shown.out).toMatch(/\n\s+3\s+PENDING\s+-\s+-\s+-\s+-\s+-\s+-\s+0\s+0\s+0\s+0\n/);
+    expect(shown.out).toContain(
+      'shard 2 stuck: no progress in 3 consecutive runs (the last stopped: provider-failing)',
+    );
+    expect(shown.out).toContain('effects: 1 done, 0 in doubt, 1 under way, 0 refused');
+
+    const json = JSON.parse((await cli(show('06:30', '--json', ...w.where), clock)).out) as {
+      state: string;
+      shards: { count: number; finished: number[]; records: { shard: number; state: string }[] };
+      effectCounts: { inFlight: number; inDoubt: number };
+      problems: string[];
+    };
+    expect(json.state).toBe('SHARDED');
+    expect(json.shards.count).toBe(4);
+    expect(json.shards.finished).toEqual([0, 2]);
+    expect(json.shards.records.map((r) => r.state)).toEqual(['DONE', 'RUNNING', 'STUCK', 'PENDING']);
+    expect(json.effectCounts).toMatchObject({ inFlight: 1, inDoubt: 0 });
+    expect(json.problems).toEqual(['stuck shard 2']);
+  });
+
+  it('shows one shard in full with --shard, with only the effects it wrote, and refuses a shard the window does not have', async () => {
+    const clock = new ManualClock(at('06:30') + 30_000);
+    const w = await world(clock);
+    const { hashes } = await windowInFourShards(w, '06:30');
+
+    const live = await cli(show('06:30', '--shard', '1', ...w.where), clock);
+    expect(live.code).toBe(0);
+    expect(live.out).toContain(
+      'payment-reminder 2026-11-30T06:30:00Z shard 1 of 4 (Mon 2026-11-30 06:30 UTC)',
+    );
+    expect(live.out).toContain('state        RUNNING (lease live)');
+    expect(live.out).toContain('lease end    2026-11-30T06:31:20Z (live)');
+    expect(live.out).toContain('checkpoint   invoices at "1"; walk not finished');
+    expect(live.out).toContain(
+      "progress     the holder's run so far (epoch 1): 0 done, 1 skipped, 0 in doubt, 0 retrying, 0 failed",
+    );
+    expect(live.out).toContain('effects: 0 done, 0 in doubt, 1 under way, 0 refused');
+    expect(live.out).toContain(`under way (epoch 1): ${hashes[1]}`);
+
+    const finished = await cli(show('06:30', '--shard', '0', '--json', ...w.where), clock);
+    expect(JSON.parse(finished.out)).toMatchObject({
+      shard: 0,
+      state: 'DONE',
+      summary: { done: 1, runs: 1 },
+      effects: { done: [hashes[0]], inDoubt: [], inFlight: [] },
+    });
+
+    const stuck = await cli(show('06:30', '--shard', '2', ...w.where), clock);
+    expect(stuck.code).toBe(1);
+    expect(stuck.out).toContain('state        STUCK  [stuck]');
+    expect(stuck.out).toContain('its window waits for its other shards');
+
+    const pending = await cli(show('06:30', '--shard', '3', ...w.where), clock);
+    expect(pending.code).toBe(0);
+    expect(pending.out).toContain(
+      "No record yet: no run has claimed this shard's message. Its window is SHARDED.",
+    );
+
+    const beyond = await cli(show('06:30', '--shard', '4', ...w.where), clock);
+    expect(beyond.code).toBe(1);
+    expect(beyond.err).toContain(
+      '--shard is 4, but window 2026-11-30T06:30:00Z is split into 4 shards, 0 to 3',
+    );
+    const malformed = await cli(show('06:30', '--shard', 'two', ...w.where), clock);
+    expect(malformed.code).toBe(2);
+    expect(malformed.err).toContain('--shard is "two"; give a shard\'s index, a whole number from 0 to 999');
+
+    await w.runner.fire(job, new Date(at('06:15')));
+    const unsplit = await cli(show('06:15', '--shard', '0', ...w.where), clock);
+    expect(unsplit.code).toBe(1);
+    expect(unsplit.err).toContain('window 2026-11-30T06:15:00Z is not split into shards');
+  });
+
+  it('lists split windows: SHARDED with its shards finished, a problem once past its deadline, and a finished one’s count', async () => {
+    const clock = new ManualClock(at('06:40'));
+    const w = await world(clock);
+    const { claims } = w.backend.backend;
+    // 06:00: split in two, both shards done, finished by the last.
+    const done = { jobId: 'payment-reminder', window: '2026-11-30T06:00:00Z' };
+    const coordinator = await claimWindow(w, '06:00', at('06:00') + 1_000, 'replica-1/c', { shards: 2 });
+    await claims.release(coordinator, { kind: 'sharded', shards: 2 }, at('06:00') + 2_000);
+    const nothing = { done: 0, inDoubt: 0, failed: 0, inDoubtKeys: [], failedKeys: [], runs: 1 };
+    for (const shard of [0, 1]) {
+      const run = await claimWindow(w, '06:00', at('06:00') + 3_000, `replica-2/s${shard}`, { shard });
+      await claims.complete(run, nothing, at('06:00') + 4_000);
+      await claims.shardFinished(done, shard);
+    }
+    expect(
+      await claims.finishSharded(done, { kind: 'complete', summary: { ...nothing, runs: 3 } }, at('06:01')),
+    ).toBe('ok');
+    // 06:15: SHARDED, its deadline (06:30) passed; 06:30: SHARDED, within its deadline.
+    for (const time of ['06:15', '06:30']) {
+      const split = await claimWindow(w, time, at(time) + 1_000, 'replica-1/c', { shards: 4 });
+      await claims.release(split, { kind: 'sharded', shards: 4 }, at(time) + 2_000);
+      const run = await claimWindow(w, time, at(time) + 3_000, 'replica-2/s0', { shard: 0 });
+      await claims.complete(run, nothing, at(time) + 4_000);
+      await claims.shardFinished({ jobId: 'payment-reminder', window: `2026-11-30T${time}:00Z` }, 0);
+    }
+
+    const listed = await cli(listReminders('2026-11-30T06:00Z', '2026-11-30T06:45Z', ...w.where), clock);
+    expect(listed.code).toBe(1);
+    expect(listed.out).toMatch(/06:00:00Z.*DONE.*\s2 shards$/m);
+    expect(listed.out).toMatch(/06:15:00Z.*SHARDED.*1 of 4 shards finished, past deadline$/m);
+    expect(listed.out).toMatch(/06:30:00Z.*SHARDED.*1 of 4 shards finished$/m);
+    expect(listed.out).toContain('1 windows need a look');
+  });
+
+  it('refuses to release a stuck shard while its window is SHARDED, then releases it and the window once the window is STUCK', async () => {
+    const clock = new ManualClock(at('06:30') + 30_000);
+    const w = await world(clock);
+    const { claims } = w.backend.backend;
+    const { window, live } = await windowInFourShards(w, '06:30');
+    const release = (...more: string[]) => [
+      'slots',
+      'release',
+      '--job',
+      'payment-reminder',
+      '--window',
+      window.window,
+      ...more,
+      ...w.where,
+    ];
+
+    const sharded = await cli(release(), clock);
+    expect(sharded.code).toBe(1);
+    expect(sharded.err).toContain('it is SHARDED, and its shards run it (2 of 4 finished)');
+    const early = await cli(release('--shard', '2'), clock);
+    expect(early.code).toBe(1);
+    expect(early.err).toContain('it is STUCK and its message is gone, while its window is still SHARDED');
+    expect(await claims.read({ ...window, shard: 2 })).toMatchObject({ state: 'STUCK', epoch: 1 });
+
+    // The other shards end; the last finishes the window STUCK, naming shard 2.
+    const nothing = { done: 0, inDoubt: 0, failed: 0, inDoubtKeys: [], failedKeys: [], runs: 1 };
+    await claims.complete(live, nothing, at('06:30') + 40_000);
+    await claims.shardFinished(window, 1);
+    const last = await claimWindow(w, '06:30', at('06:30') + 41_000, 'replica-5/s3', { shard: 3 });
+    await claims.complete(last, nothing, at('06:30') + 42_000);
+    expect(await claims.shardFinished(window, 3)).toEqual({ shards: 4, finished: [0, 1, 2, 3] });
+    await claims.finishSharded(window, { kind: 'stuck', reason: 'shard 2 of 4 ended STUCK' }, at('06:31'));
+    const stuckShown = await cli(show('06:30', ...w.where), clock);
+    expect(stuckShown.out).toContain(
+      `slotguard slots release --job payment-reminder --window ${window.window} --shard 2`,
+    );
+
+    const windowFirst = await cli(release(), clock);
+    expect(windowFirst.code).toBe(1);
+    expect(windowFirst.err).toContain('its shard 2 is still STUCK or FAILED');
+    expect(await claims.read(window)).toMatchObject({ state: 'STUCK' });
+
+    const shard = await cli(release('--shard', '2'), clock);
+    expect(shard.code).toBe(0);
+    // payment-reminder's deadline is its 15-minute gap: released at 06:30:30, the shard has until 06:45:30.
+    expect(shard.out).toContain(
+      'released payment-reminder 2026-11-30T06:30:00Z shard 2: STUCK at epoch 1 (holder replica-4) → RELEASED, ' +
+        'deadline 2026-11-30T06:45:30Z. Its window is STUCK: release the window too',
+    );
+    expect(await claims.read({ ...window, shard: 2 })).toMatchObject({
+      state: 'RELEASED',
+      epoch: 1,
+      runsWithoutProgress: 0,
+      deadline: at('06:45') + 30_000,
+    });
+
+    const whole = await cli(release(), clock);
+    expect(whole.code).toBe(0);
+    expect(whole.out).toContain('The next delivery claims it at epoch 2 and splits it again into 4 shards');
+    const after = await claims.read(window);
+    expect(after).toMatchObject({ state: 'RELEASED', epoch: 1, shards: 4 });
+    expect(after?.finishedShards).toBeUndefined();
+  });
+
+  it('releases a shard whose holder is gone while its window runs: its queued message takes it over', async () => {
+    const clock = new ManualClock(at('06:30') + 30_000);
+    const w = await world(clock);
+    const { window, hashes } = await windowInFourShards(w, '06:30');
+    const args = ['slots', 'release', '--job', 'payment-reminder', '--window', window.window, '--shard', '1'];
+
+    const live = await cli([...args, ...w.where], clock);
+    expect(live.code).toBe(1);
+    expect(live.err).toContain('its holder replica-3 has a live lease until 2026-11-30T06:31:20.000Z');
+
+    await clock.advance(60_000);
+    const gone = await cli([...args, '--json', ...w.where], clock);
+    expect(gone.code).toBe(0);
+    expect(JSON.parse(gone.out)).toMatchObject({
+      outcome: 'released',
+      shard: 1,
+      before: { state: 'RUNNING', epoch: 1, holder: 'replica-3/s1' },
+      after: { state: 'RELEASED', epoch: 1 },
+    });
+    const text = await cli(show('06:30', '--shard', '1', ...w.where), clock);
+    // Its reservation is in doubt now: the run that made it was fenced out by the release.
+    expect(text.out).toContain('state        RELEASED  [unfinished, in doubt]');
+    expect(text.out).toContain(`${hashes[1]}  reserved at epoch 1 of shard 1`);
+    expect(await w.backend.backend.claims.read(window)).toMatchObject({
+      state: 'SHARDED',
+      finishedShards: [0, 2],
+    });
+  });
+
+  it('refuses to re-run effects of a split window (its finished shards would stand down without them), and to mark one a live shard is sending', async () => {
+    const clock = new ManualClock(at('06:30') + 30_000);
+    const w = await world(clock);
+    const { window, hashes } = await windowInFourShards(w, '06:30');
+    const target = ['--job', 'payment-reminder', '--window', window.window];
+
+    const rerun = await cli(
+      ['effects', 'resolve', ...target, '--key', hashes[1]!, '--rerun', ...w.where],
+      clock,
+    );
+    expect(rerun.code).toBe(1);
+    expect(rerun.err).toContain('the window is split into 4 shards');
+    expect(rerun.err).toContain('Nothing was written.');
+    const redrive = await cli(['effects', 'redrive', ...target, ...w.where], clock);
+    expect(redrive.code).toBe(1);
+    expect(redrive.err).toContain(
+      'refused to re-drive payment-reminder 2026-11-30T06:30:00Z: the window is split',
+    );
+    expect(await w.backend.backend.ledger.read(window, hashes[1]!)).toMatchObject({
+      state: 'RESERVED',
+      shard: 1,
+    });
+    expect(await w.backend.backend.claims.read(window)).toMatchObject({ state: 'SHARDED', epoch: 1 });
+
+    // Marking it done is refused while the shard that reserved it holds its lease: it is under way.
+    const markDone = ['effects', 'resolve', ...target, '--key', hashes[1]!, '--mark-done', ...w.where];
+    const live = await cli(markDone, clock);
+    expect(live.code).toBe(1);
+    expect(live.err).toContain(
+      `refused to resolve ${hashes[1]}: shard 1's run (replica-3, epoch 1) reserved it and holds its lease until ` +
+        '2026-11-30T06:31:20.000Z',
+    );
+    expect(await w.backend.backend.ledger.read(window, hashes[1]!)).toMatchObject({ state: 'RESERVED' });
+    await clock.advance(60_000);
+    const gone = await cli(markDone, clock);
+    expect(gone.code).toBe(0);
+    expect(await w.backend.backend.ledger.read(window, hashes[1]!)).toMatchObject({
+      state: 'DONE',
+      shard: 1,
+    });
   });
 });
 
@@ -1247,7 +1564,7 @@ describe('slotguard usage, help and an unreachable backend', () => {
       encoding: 'utf8',
     });
     expect(run.status).toBe(0);
-    expect(run.stdout).toContain('Usage: slotguard slots release --job ID --window T [--force]');
+    expect(run.stdout).toContain('Usage: slotguard slots release --job ID --window T [--shard N] [--force]');
   });
 });
 
@@ -1563,7 +1880,7 @@ describe('slotguard postgres migrate and purge', () => {
       'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name',
       [schema],
     );
-    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'slots']);
+    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'send_rates', 'shard_slots', 'slots']);
 
     const again = await cli(['postgres', 'migrate', '--schema', schema, '--json'], undefined, env);
     expect(again.code).toBe(0);

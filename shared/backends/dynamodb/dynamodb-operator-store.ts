@@ -22,7 +22,7 @@ import type { Slot } from '../../slot/slot.js';
 import { num, str } from './attribute-values.js';
 import { SlotAttribute as A, DynamoClaimStore } from './dynamodb-claim-store.js';
 import { DynamoEffectLedger } from './dynamodb-effect-ledger.js';
-import { effectPartitionKey, slotPartitionKey, TableLayout } from './table-layout.js';
+import { effectPartitionKey, slotPartitionKey, slotSortKey, TableLayout } from './table-layout.js';
 
 /** The table the operator writes to, through the client given. */
 export interface DynamoOperatorStoreOptions {
@@ -297,9 +297,10 @@ export class DynamoOperatorStore implements OperatorStore {
       await this.#client.send(
         new UpdateItemCommand({
           TableName: this.#table,
+          // A shard is a slot of its own (sk `shard#0003`): the write must land on it, not its window.
           Key: {
             [TableLayout.partitionKey]: str(slotPartitionKey(slot.jobId, slot.window)),
-            [TableLayout.sortKey]: str(TableLayout.slotSortKey),
+            [TableLayout.sortKey]: str(slotSortKey(slot.shard)),
           },
           UpdateExpression: write.update,
           ConditionExpression: write.condition,
@@ -347,6 +348,11 @@ function effectKey(slot: Slot, keyHash: string): Record<string, AttributeValue> 
  * The SET and REMOVE of a write that gives the slot back (see OperatorStore): RELEASED, failures and
  * runs without progress 0, no retry wait, the request's deadline if it has one. `rewalk` also drops
  * what a finished or re-driven window no longer needs: its completion time and its checkpoint.
+ *
+ * A split window's set of finished shards goes too: its next claim splits it again, and every shard
+ * reports its end afresh (one that had finished, as soon as its message finds it done). A set kept
+ * from before would count a shard released since as finished, and the window could be finished
+ * while that shard's work is still to do.
  */
 function givingBack(request: OperatorRequest, options: { readonly rewalk?: boolean } = {}): string {
   const sets = [
@@ -357,7 +363,11 @@ function givingBack(request: OperatorRequest, options: { readonly rewalk?: boole
     '#operatorAction = :action',
   ];
   if (request.deadline !== undefined) sets.push('#deadline = :deadline');
-  const removes = ['#resumeAfter', ...(options.rewalk ? ['#completedAt', '#checkpoint', '#progress'] : [])];
+  const removes = [
+    '#resumeAfter',
+    '#finishedShards',
+    ...(options.rewalk ? ['#completedAt', '#checkpoint', '#progress'] : []),
+  ];
   return `SET ${sets.join(', ')} REMOVE ${removes.join(', ')}`;
 }
 

@@ -1,9 +1,10 @@
 /**
  * The claims table's layout, shared by the adapter and the CDK `ClaimsTable` construct.
  *
- * One table holds slots and effects:
- * - slot:   pk = `<jobId>#<window>`,              sk = `slot` (the window), `shard#0003` (a shard of it)
- * - effect: pk = `<jobId>#<window>#fx<0..15>`,     sk = `<keyHash>` (one ledger per window, all shards)
+ * One table holds slots, effects and each job's send-rate timeline:
+ * - slot:      pk = `<jobId>#<window>`,          sk = `slot` (the window), `shard#0003` (a shard of it)
+ * - effect:    pk = `<jobId>#<window>#fx<0..15>`, sk = `<keyHash>` (one ledger per window, all shards)
+ * - send rate: pk = `<jobId>#ratelimit`,         sk = `send` (SharedRateLimiter's timeline)
  *
  * Every partition key starts with `<jobId>#`, so IAM can confine a function to its own job's items
  * (dynamodb:LeadingKeys `<jobId>#*`). A window's effects are spread over EFFECT_SHARDS partitions
@@ -16,6 +17,7 @@ export const TableLayout = {
   /** Epoch seconds; DynamoDB's TTL deletes the item some time after it passes. */
   ttlAttribute: 'expiresAt',
   slotSortKey: 'slot',
+  sendRateSortKey: 'send',
 } as const;
 
 export const EFFECT_SHARDS = 16;
@@ -42,6 +44,14 @@ export function effectShardPartitionKey(jobId: string, window: string, shard: nu
 export function effectShard(keyHash: string): number {
   const shard = Number.parseInt(keyHash.charAt(0), 16);
   return Number.isNaN(shard) ? 0 : shard;
+}
+
+/**
+ * The partition key of a job's send-rate timeline. A window is never `ratelimit` (windows are UTC
+ * timestamps), so it cannot meet a slot's key; it starts with `<jobId>#`, so the job's grant covers it.
+ */
+export function sendRatePartitionKey(jobId: string): string {
+  return `${jobId}#ratelimit`;
 }
 
 /** The IAM LeadingKeys pattern that confines a grant to one job's items. */

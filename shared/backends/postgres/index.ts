@@ -34,4 +34,5 @@ export { PostgresDeadlineError } from './postgres-errors.js';
 export { type AwaitedReply, DEFAULT_TIMEOUTS, type PostgresTimeouts } from './postgres-executor.js';
 export { advisoryLockKey, MAX_KEY_HASH_LENGTH } from './postgres-keys.js';
 export { PostgresOperatorStore, type PostgresOperatorStoreOptions } from './postgres-operator-store.js';
+export { PostgresRateLimitStore, type PostgresRateLimitStoreOptions } from './postgres-rate-limit-store.js';
 export { assertSchemaName, SCHEMA_NAME_PATTERN, SCHEMA_VERSION } from './sql.js';

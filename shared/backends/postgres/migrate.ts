@@ -62,6 +62,7 @@ export interface PurgeOptions {
 
 /** How many rows a purge deleted. */
 export interface PurgeResult {
+  /** Slot rows deleted: windows' and their shards'. */
   readonly slots: number;
   readonly effects: number;
 }
@@ -85,7 +86,9 @@ export async function purgeExpired(pool: Pool, options: PurgeOptions): Promise<P
     }
   };
   try {
-    return { effects: await purge(sql.purgeEffects), slots: await purge(sql.purgeSlots) };
+    const effects = await purge(sql.purgeEffects);
+    // A shard's row is a slot row too, with its window's retention.
+    return { effects, slots: (await purge(sql.purgeShardSlots)) + (await purge(sql.purgeSlots)) };
   } catch (error) {
     throw translateError('purge', `schema "${options.schema}"`, options.schema, error);
   }

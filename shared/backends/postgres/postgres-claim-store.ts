@@ -12,10 +12,19 @@ import type {
   RenewOutcome,
   RunSummary,
   SlotRecord,
+  WindowFinish,
   WindowSummary,
 } from '../../slot/ports.js';
 import { SlotState } from '../../slot/ports.js';
-import { canonicalClaim, canonicalSlot, describe, type Slot } from '../../slot/slot.js';
+import {
+  assertShard,
+  canonicalClaim,
+  canonicalSlot,
+  describe,
+  MAX_SHARDS,
+  type Slot,
+  windowSlot,
+} from '../../slot/slot.js';
 import { translateError } from './postgres-errors.js';
 import {
   longestTimeout,
@@ -24,7 +33,7 @@ import {
   type TransactionQuery,
 } from './postgres-executor.js';
 import { advisoryLockKey, assertOwner, storableText } from './postgres-keys.js';
-import type { SlotguardSql } from './sql.js';
+import type { SlotguardSql, SlotRowSql } from './sql.js';
 
 /**
  * Whose clock decides when a lease has ended.
@@ -94,11 +103,17 @@ export type SlotRow = {
   readonly runs_without_progress: number;
   readonly key_version: string | null;
   readonly resume_after: Date | null;
+  /** A window's row only: its split (NULL on a row an older build wrote), and the shards finished. */
+  readonly shards?: number | null;
+  readonly finished_shards?: number[] | null;
   readonly lease_expired?: boolean | null;
 };
 
 /** What the claim's upsert returns: the grant, and the window's progress as the replaced row had it. */
-type GrantRow = Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version'> & {
+type GrantRow = Pick<
+  SlotRow,
+  'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version' | 'shards'
+> & {
   readonly epoch: number;
   readonly lease_until: Date;
   readonly previous_owner: string | null;
@@ -113,6 +128,12 @@ const MAX_ERROR_TEXT = 1_000;
  * conditional upsert that bumps the fencing epoch, and renewed, completed and released by updates
  * conditioned on owner, epoch and RUNNING. A transaction-scoped advisory lock orders claimers of
  * one slot; it is never what makes a grant safe.
+ *
+ * A shard of a sharded window is a slot of its own: its row is in `shard_slots`, keyed by (job,
+ * window, shard), with its own epoch, lease, deadline, checkpoint and key version, and every
+ * statement above has its twin there (sql.shard). The window's row records the split (`shards`,
+ * fixed by its first claim), SHARDED once its coordinator has handed it out, and the set of shards
+ * that reached their end; the shard that completes the set finishes the window.
  */
 export class PostgresClaimStore implements ClaimStore {
   readonly #executor: PostgresExecutor;
@@ -162,23 +183,26 @@ export class PostgresClaimStore implements ClaimStore {
     slot = canonicalSlot(slot);
     assertOwner(lease.owner);
     assertDeadline(lease.deadline);
+    if (slot.shard === undefined && lease.shards !== undefined) assertSplit(lease.shards, 'lease.shards');
     this.#assertLeaseOutlastsTimeouts(lease.leaseMs);
     const key = advisoryLockKey(slot).toString();
     const at = this.#now(now);
     const takeoverBefore = this.#leaseClock === 'caller' ? new Date(now - (lease.takeoverSkewMs ?? 0)) : null;
-    const sql = this.#sql;
+    const rows = this.#rowsOf(slot);
+    const shard = shardParam(slot);
     try {
       return await this.#executor.transaction(async (query) => {
-        const [probe] = await query<SlotRow & { locked: boolean }>(sql.probeSlot, [
+        const [probe] = await query<SlotRow & { locked: boolean }>(rows.probeSlot, [
           key,
           slot.jobId,
           slot.window,
           takeoverBefore,
+          ...shard,
         ]);
         let answer = probe?.state ? outcomeOfRow(slot, probe, lease.owner, now) : 'claimable';
         if (answer !== 'claimable') return answer;
         if (!probe?.locked) {
-          await query(sql.waitForClaimLock, [key]);
+          await query(this.#sql.waitForClaimLock, [key]);
           answer = await this.#explain(query, slot, lease.owner, now, takeoverBefore);
           if (answer !== 'claimable') return answer;
         }
@@ -186,7 +210,7 @@ export class PostgresClaimStore implements ClaimStore {
         // claimable on the second try; no other state can change while the failed upsert holds
         // the row's lock.
         for (let attempt = 1; attempt <= 3; attempt++) {
-          const [granted] = await query<GrantRow>(sql.claimSlot, [
+          const [granted] = await query<GrantRow>(rows.claimSlot, [
             slot.jobId,
             slot.window,
             lease.owner,
@@ -202,6 +226,8 @@ export class PostgresClaimStore implements ClaimStore {
             new Date(lease.deadline),
             takeoverBefore,
             lease.keyVersion ?? null,
+            // A window's split as its first claim asks for it; a shard's row stores which it is.
+            slot.shard ?? lease.shards ?? 1,
           ]);
           if (granted) return grantedOutcome(slot, lease, granted);
           answer = await this.#explain(query, slot, lease.owner, now, takeoverBefore);
@@ -220,7 +246,7 @@ export class PostgresClaimStore implements ClaimStore {
 
   async renew(claim: Claim, leaseMs: number, now: number): Promise<RenewOutcome> {
     claim = canonicalClaim(claim);
-    const rows = await this.#write('renew', claim, this.#sql.renewLease, [this.#now(now), leaseMs]);
+    const rows = await this.#write('renew', claim, (sql) => sql.renewLease, [this.#now(now), leaseMs]);
     const renewed = rows[0] as { lease_until: Date } | undefined;
     if (renewed) return { kind: 'renewed', leaseEndsAt: renewed.lease_until.getTime() };
     return { kind: 'lost', ...fencedBy(await this.#readRow(claim.slot)) };
@@ -228,7 +254,7 @@ export class PostgresClaimStore implements ClaimStore {
 
   async checkpoint(claim: Claim, checkpoint: Checkpoint, progress: RunSummary): Promise<FinishOutcome> {
     claim = canonicalClaim(claim);
-    const rows = await this.#write('checkpoint', claim, this.#sql.checkpointSlot, [
+    const rows = await this.#write('checkpoint', claim, (sql) => sql.checkpointSlot, [
       JSON.stringify(checkpoint),
       JSON.stringify(progress),
     ]);
@@ -238,7 +264,7 @@ export class PostgresClaimStore implements ClaimStore {
   async complete(claim: Claim, summary: WindowSummary, now: number): Promise<FinishOutcome> {
     claim = canonicalClaim(claim);
     const state = summary.failed > 0 ? SlotState.Partial : SlotState.Done;
-    const rows = await this.#write('complete', claim, this.#sql.completeSlot, [
+    const rows = await this.#write('complete', claim, (sql) => sql.completeSlot, [
       this.#now(now),
       JSON.stringify(summary),
       state,
@@ -248,9 +274,10 @@ export class PostgresClaimStore implements ClaimStore {
 
   async release(claim: Claim, reason: ReleaseReason, now: number): Promise<FinishOutcome> {
     claim = canonicalClaim(claim);
+    if (reason.kind === 'sharded') return this.#handOut(claim, reason.shards);
     if (reason.kind === 'error') {
       // failures + 1 in the statement, FAILED once that reaches the max_attempts the claim stored.
-      const rows = await this.#write('release', claim, this.#sql.failSlot, [
+      const rows = await this.#write('release', claim, (sql) => sql.failSlot, [
         this.#now(now),
         storableText(reason.message, MAX_ERROR_TEXT),
       ]);
@@ -260,7 +287,7 @@ export class PostgresClaimStore implements ClaimStore {
     }
     const state = reason.kind === 'stuck' ? SlotState.Stuck : SlotState.Released;
     const resumeAfter = reason.kind === 'yield' ? reason.resumeAfter : undefined;
-    const rows = await this.#write('release', claim, this.#sql.releaseSlot, [
+    const rows = await this.#write('release', claim, (sql) => sql.releaseSlot, [
       this.#now(now),
       state,
       reason.runsWithoutProgress,
@@ -269,6 +296,68 @@ export class PostgresClaimStore implements ClaimStore {
       reason.kind === 'stuck' ? storableText(reason.reason, MAX_ERROR_TEXT) : null,
     ]);
     return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [state]);
+  }
+
+  // Timeline: sql.releaseSharded.
+  async #handOut(claim: Claim, shards: number): Promise<FinishOutcome> {
+    if (claim.slot.shard !== undefined) {
+      throw new ConfigurationError(
+        'release',
+        `${describeSlot(claim.slot)} was released as split into ${shards} shards, but it is itself a shard; ` +
+          'only a window is split: release a shard as done, yielded, stuck or failed',
+      );
+    }
+    assertSplit(shards, 'shards');
+    try {
+      const rows = await this.#executor.query(this.#sql.releaseSharded, [
+        claim.slot.jobId,
+        claim.slot.window,
+        claim.owner,
+        claim.epoch,
+        shards,
+      ]);
+      return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [SlotState.Sharded]);
+    } catch (error) {
+      throw translateError('release', describeSlot(claim.slot), this.#schema, error);
+    }
+  }
+
+  // Timeline: sql.shardFinished.
+  async shardFinished(
+    window: Slot,
+    shard: number,
+  ): Promise<{ readonly shards: number; readonly finished: readonly number[] } | undefined> {
+    const slot = windowSlot(canonicalSlot(window));
+    assertShard(shard, MAX_SHARDS);
+    try {
+      const [row] = await this.#executor.query<Pick<SlotRow, 'shards' | 'finished_shards'>>(
+        this.#sql.shardFinished,
+        [slot.jobId, slot.window, shard],
+      );
+      return row ? { shards: row.shards ?? 1, finished: row.finished_shards ?? [] } : undefined;
+    } catch (error) {
+      throw translateError('shardFinished', describeSlot(slot), this.#schema, error);
+    }
+  }
+
+  // Timeline: sql.finishSharded.
+  async finishSharded(window: Slot, finish: WindowFinish, now: number): Promise<'ok' | 'finished'> {
+    const slot = windowSlot(canonicalSlot(window));
+    const stuck = finish.kind === 'stuck';
+    const state = stuck ? SlotState.Stuck : finish.summary.failed > 0 ? SlotState.Partial : SlotState.Done;
+    try {
+      const rows = await this.#executor.query(this.#sql.finishSharded, [
+        slot.jobId,
+        slot.window,
+        state,
+        stuck ? null : JSON.stringify(finish.summary),
+        this.#now(now),
+        stuck ? storableText(finish.reason, MAX_ERROR_TEXT) : null,
+      ]);
+      return rows.length > 0 ? 'ok' : 'finished';
+    } catch (error) {
+      throw translateError('finishSharded', describeSlot(slot), this.#schema, error);
+    }
   }
 
   async read(slot: Slot): Promise<PostgresSlotRecord | undefined> {
@@ -284,7 +373,11 @@ export class PostgresClaimStore implements ClaimStore {
 
   async #readRow(slot: Slot): Promise<SlotRow | undefined> {
     try {
-      const [row] = await this.#executor.read<SlotRow>(this.#sql.readSlot, [slot.jobId, slot.window]);
+      const [row] = await this.#executor.read<SlotRow>(this.#rowsOf(slot).readSlot, [
+        slot.jobId,
+        slot.window,
+        ...shardParam(slot),
+      ]);
       return row;
     } catch (error) {
       throw translateError('read', describeSlot(slot), this.#schema, error);
@@ -292,22 +385,28 @@ export class PostgresClaimStore implements ClaimStore {
   }
 
   /**
-   * A fenced write of a canonical claim: the statement's first four parameters are always job,
-   * window, owner, epoch. The
-   * executor sends it inside BEGIN … COMMIT with COMMIT only after its reply, so a renewal, completion
-   * or release abandoned at the client-side deadline while its statement was unanswered never
-   * commits, even when the server thaws later; one whose COMMIT was already sent may (the error says
-   * which).
+   * A fenced write of a canonical claim, on its slot's row (the window's, or its shard's): the
+   * statement's first four parameters are always job, window, owner, epoch, and a shard's statement
+   * takes the shard last. The executor sends it inside BEGIN … COMMIT with COMMIT only after its
+   * reply, so a renewal, completion or release abandoned at the client-side deadline while its
+   * statement was unanswered never commits, even when the server thaws later; one whose COMMIT was
+   * already sent may (the error says which).
    */
-  async #write(operation: string, claim: Claim, text: string, rest: unknown[]): Promise<unknown[]> {
+  async #write(
+    operation: string,
+    claim: Claim,
+    statement: (rows: SlotRowSql) => string,
+    rest: unknown[],
+  ): Promise<unknown[]> {
     assertOwner(claim.owner);
     try {
-      return await this.#executor.query(text, [
+      return await this.#executor.query(statement(this.#rowsOf(claim.slot)), [
         claim.slot.jobId,
         claim.slot.window,
         claim.owner,
         claim.epoch,
         ...rest,
+        ...shardParam(claim.slot),
       ]);
     } catch (error) {
       throw translateError(operation, describeSlot(claim.slot), this.#schema, error);
@@ -328,13 +427,23 @@ export class PostgresClaimStore implements ClaimStore {
     now: number,
     takeoverBefore: Date | null,
   ): Promise<ClaimOutcome | 'claimable'> {
-    const [row] = await query<SlotRow>(this.#sql.readSlotForClaim, [slot.jobId, slot.window, takeoverBefore]);
+    const [row] = await query<SlotRow>(this.#rowsOf(slot).readSlotForClaim, [
+      slot.jobId,
+      slot.window,
+      takeoverBefore,
+      ...shardParam(slot),
+    ]);
     return row?.state ? outcomeOfRow(slot, row, owner, now) : 'claimable';
   }
 
   /** The `$now` parameter: NULL lets the statement read the database clock. */
   #now(now: number): Date | null {
     return this.#leaseClock === 'caller' ? new Date(now) : null;
+  }
+
+  /** The statements of a slot's row: the window's, or (for a shard) its own row's in shard_slots. */
+  #rowsOf(slot: Slot): SlotRowSql {
+    return slot.shard === undefined ? this.#sql : this.#sql.shard;
   }
 
   #assertLeaseOutlastsTimeouts(leaseMs: number): void {
@@ -380,15 +489,16 @@ function grantedOutcome(slot: Slot, lease: LeaseRequest, row: GrantRow): ClaimOu
   };
 }
 
-/** The window's progress columns of a row, as the port's record spells them. */
+/** The window's progress columns of a row (and a window's split), as the port's record spells them. */
 function windowFields(
-  row: Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version'>,
+  row: Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version' | 'shards'>,
 ) {
   return {
     runsWithoutProgress: row.runs_without_progress,
     ...(row.key_version !== null && row.key_version !== undefined ? { keyVersion: row.key_version } : {}),
     ...(row.deadline ? { deadline: row.deadline.getTime() } : {}),
     ...(row.checkpoint ? { checkpoint: row.checkpoint } : {}),
+    ...(row.shards !== null && row.shards !== undefined ? { shards: row.shards } : {}),
   };
 }
 
@@ -419,6 +529,9 @@ export function toRecord(slot: Slot, row: SlotRow): PostgresSlotRecord {
     ...(row.summary ? { summary: row.summary } : {}),
     ...(row.last_error !== null ? { lastError: row.last_error } : {}),
     ...(row.completed_at ? { completedAt: row.completed_at.getTime() } : {}),
+    ...(row.finished_shards !== null && row.finished_shards !== undefined
+      ? { finishedShards: row.finished_shards }
+      : {}),
   };
 }
 
@@ -433,7 +546,23 @@ function fencedBy(row: SlotRow | undefined) {
   return row?.state ? { holder: row.owner, epoch: row.epoch, state: row.state } : {};
 }
 
-const describeSlot = (slot: Slot) => `slot ${slot.jobId} ${slot.window}`;
+const describeSlot = (slot: Slot) =>
+  `slot ${slot.jobId} ${slot.window}${slot.shard === undefined ? '' : ` shard ${slot.shard}`}`;
+
+/** The parameter a shard's statement takes last (see slotRowStatements); none for a window's. */
+export function shardParam(slot: Slot): number[] {
+  return slot.shard === undefined ? [] : [slot.shard];
+}
+
+/** A window's split: 1 (not split) to MAX_SHARDS shards; the error names the value and the range. */
+function assertSplit(shards: unknown, field: string): void {
+  if (typeof shards !== 'number' || !Number.isInteger(shards) || shards < 1 || shards > MAX_SHARDS) {
+    throw new ConfigurationError(
+      field,
+      `${field} is ${describe(shards)}; a window is split into a whole number of shards from 1 (not split) to ${MAX_SHARDS}`,
+    );
+  }
+}
 
 /** A claim's deadline must be an instant: it is stored, and every later run of the window is held to it. */
 function assertDeadline(deadline: unknown): void {

@@ -10,11 +10,11 @@ import type {
 } from '../../slot/ports.js';
 import { EffectState } from '../../slot/ports.js';
 import { canonicalClaim, canonicalSlot, type Slot } from '../../slot/slot.js';
-import type { LeaseClock, PostgresClaimStore } from './postgres-claim-store.js';
+import { type LeaseClock, type PostgresClaimStore, shardParam } from './postgres-claim-store.js';
 import { translateError } from './postgres-errors.js';
 import type { PostgresExecutor } from './postgres-executor.js';
 import { assertKeyHash, assertOwner, storableText } from './postgres-keys.js';
-import type { SlotguardSql } from './sql.js';
+import type { SlotguardSql, SlotRowSql } from './sql.js';
 
 /** What a PostgresEffectLedger runs on; postgresBackend builds it. */
 export interface PostgresEffectLedgerOptions {
@@ -36,6 +36,8 @@ export type EffectRow = {
   readonly attempts: number;
   readonly retry_at: Date | null;
   readonly reason: string | null;
+  /** The shard whose run wrote it; NULL in a window that is not split. */
+  readonly shard: number | null;
 };
 
 type BatchRow = { readonly lease_held: boolean; readonly inserted: string[] };
@@ -56,7 +58,10 @@ const PAGE = 1_000;
 const MAX_REASON_TEXT = 200;
 
 /**
- * The effect half of the Postgres backend: one row per (job, window, effect key hash).
+ * The effect half of the Postgres backend: one row per (job, window, effect key hash). A sharded
+ * window keeps one ledger, whichever shard writes to it: each row records the shard that wrote it,
+ * each write checks the lease on the claim's own row (the shard's, for a shard's claim), and epochs
+ * compare only within a shard (reserveOutcomeOfConflict answers another shard's row `elsewhere`).
  *
  * Timeline of one effect:
  *   reserve  one statement: lock the slot row FOR SHARE if our lease holds, then INSERT … ON
@@ -132,9 +137,10 @@ export class PostgresEffectLedger implements EffectLedger {
             'the run stops and a later run retries them',
         );
       }
-      const batch = await this.#query<BatchRow>('reserve', claim, this.#sql.reserveEffects, [
+      const batch = await this.#query<BatchRow>('reserve', claim, this.#rowsOf(claim).reserveEffects, [
         this.#checkLeaseEnd,
         pending,
+        ...shardParam(claim.slot),
       ]);
       if (!batch[0]?.lease_held) {
         await this.#fenceAll(claim, pending, outcomes);
@@ -237,13 +243,14 @@ export class PostgresEffectLedger implements EffectLedger {
     outcomes: Map<string, ReserveOutcome>,
   ): Promise<string[]> {
     const seen = replacements.map((r) => r.seen);
-    const [row] = await this.#query<ReplaceRow>('reserve', claim, this.#sql.replaceEffects, [
+    const [row] = await this.#query<ReplaceRow>('reserve', claim, this.#rowsOf(claim).replaceEffects, [
       this.#checkLeaseEnd,
       seen.map((r) => r.keyHash),
       seen.map((r) => r.state),
       seen.map((r) => r.epoch),
       seen.map((r) => r.owner),
       seen.map((r) => r.attempts),
+      ...shardParam(claim.slot),
     ]);
     if (!row?.lease_held) {
       await this.#fenceAll(
@@ -302,7 +309,19 @@ export class PostgresEffectLedger implements EffectLedger {
     return rows;
   }
 
-  /** A statement of a canonical claim whose first four parameters are job, window, owner, epoch. */
+  /**
+   * The reservation statements whose lease check is on the claim's own slot row: the window's, or
+   * its shard's, which then take the shard as their last parameter (shardParam).
+   */
+  #rowsOf(claim: Claim): SlotRowSql {
+    return claim.slot.shard === undefined ? this.#sql : this.#sql.shard;
+  }
+
+  /**
+   * A statement of a canonical claim whose first four parameters are job, window, owner, epoch. The
+   * marks, refusals and releases need no shard: they address the window's ledger, conditioned on
+   * the reservation's owner token, which is one claim's own.
+   */
   async #query<R extends Record<string, unknown>>(
     operation: string,
     claim: Claim,
@@ -333,6 +352,7 @@ export function toRecord(row: EffectRow): EffectRecord {
     attempts: row.attempts,
     ...(row.retry_at ? { retryAt: row.retry_at.getTime() } : {}),
     ...(row.reason !== null ? { reason: row.reason } : {}),
+    ...(row.shard !== null ? { shard: row.shard } : {}),
   };
 }
 
@@ -345,4 +365,6 @@ function checkedClaim(claim: Claim): Claim {
 
 const describeSlot = (slot: Slot) => `slot ${slot.jobId} ${slot.window}`;
 const describeClaim = (claim: Claim) =>
-  `an effect of slot ${claim.slot.jobId} ${claim.slot.window} (epoch ${claim.epoch})`;
+  `an effect of slot ${claim.slot.jobId} ${claim.slot.window}${
+    claim.slot.shard === undefined ? '' : ` shard ${claim.slot.shard}`
+  } (epoch ${claim.epoch})`;

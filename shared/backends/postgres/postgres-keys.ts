@@ -19,17 +19,20 @@ export const MAX_OWNER_LENGTH = 256;
 /**
  * The slot's transaction-scoped advisory-lock key: the first 8 bytes of SHA-256 of
  * `${jobId}\n${window}` (UTF-8) of the canonical slot (canonicalSlot), read as a big-endian signed
- * 64-bit integer, which is the type of pg_advisory_xact_lock's single-argument key.
+ * 64-bit integer, which is the type of pg_advisory_xact_lock's single-argument key. A shard's slot
+ * hashes `${jobId}\n${window}\nshard ${shard}` instead, so each shard's claimers queue apart from
+ * the window's and from every other shard's; a window's key is the one it always had.
  *
- * It is stable across processes, versions and platforms (pinned by a golden-value test), because
+ * It is stable across processes, versions and platforms (pinned by golden-value tests), because
  * replicas running different builds must agree on it. Two slots whose keys collide (odds 2^-64 per
  * pair) only wait for each other's claims: the lease row, keyed by the exact text of the job id
- * and window, decides every grant.
+ * and window (and the shard), decides every grant.
  * @example advisoryLockKey({ jobId: 'weekly-report', window: '2026-11-30T06:00:00Z' })
  */
 export function advisoryLockKey(slot: Slot): bigint {
-  const { jobId, window } = canonicalSlot(slot);
-  return createHash('sha256').update(`${jobId}\n${window}`, 'utf8').digest().readBigInt64BE(0);
+  const { jobId, window, shard } = canonicalSlot(slot);
+  const text = shard === undefined ? `${jobId}\n${window}` : `${jobId}\n${window}\nshard ${shard}`;
+  return createHash('sha256').update(text, 'utf8').digest().readBigInt64BE(0);
 }
 
 /**

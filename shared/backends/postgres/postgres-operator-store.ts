@@ -31,7 +31,7 @@ export interface PostgresOperatorStoreOptions {
   /** The pool statements run on: createPostgresPool's, or your own. */
   readonly pool: Pool;
   /**
-   * The schema holding slotguard's tables, migrated to SCHEMA_VERSION 3 or later.
+   * The schema holding slotguard's tables, migrated to SCHEMA_VERSION 4 or later.
    * @default 'slotguard'
    */
   readonly schema?: string;
@@ -62,6 +62,9 @@ type OperatorEffectRow = EffectRow & { readonly operator_action: string | null }
 /** A slot row read to explain a write that matched nothing. */
 type ExplainRow = SlotRow & { readonly lease_live: boolean | null };
 
+/** A shard's row as an operator's write on its window locks it (sql.lockShardsForOperator). */
+type ShardRow = ExplainRow & { readonly shard: number };
+
 /** Why nothing was written: the answers every operator write shares. */
 type Refusal = Extract<OperatorWriteOutcome, { kind: 'absent' | 'refused' }>;
 
@@ -81,6 +84,22 @@ type Refusal = Extract<OperatorWriteOutcome, { kind: 'absent' | 'refused' }>;
  * deadline; a reopen and a re-drive also drop its checkpoint, so the next run walks the job again.
  * A FAILED effect is not in doubt (it was refused before it was performed): resolveEffect answers
  * it effect-not-in-doubt, and a re-drive is what clears it.
+ *
+ * A sharded window is operated on as a whole: every write names the window, and one that names a
+ * shard is refused with a ConfigurationError that says so. A write that gives a sharded window back
+ * gives back its shards with it, in the same transaction, and the window forgets which shards had
+ * finished, so its next delivery's coordinator hands out every shard again and each reports its
+ * end afresh (a shard still at its end does at once):
+ * - forceRelease (a STUCK window, or a coordinator's RUNNING or FAILED one) also releases every
+ *   STUCK or FAILED shard, its checkpoint kept; DONE, PARTIAL and running shards stay as they are.
+ * - reopen (DONE or PARTIAL) gives every shard back for a re-walk, as the window's own row is.
+ * - redrive deletes the window's FAILED effects, whichever shard refused them, and gives every shard
+ *   back for a re-walk; refused (lease-live, naming the shard) while a shard's lease is live.
+ * - resolveEffect checks the lease of the shard that wrote the effect (lease-live, naming it), and a
+ *   `clear` on a finished window reopens it, shards and all.
+ * While a window is SHARDED its shards are running it: forceRelease, reopen and redrive are refused
+ * (`state`), and so is a `clear`, which no shard already at its end would ever perform; `done`
+ * is allowed. Wait for the last shard to finish the window (DONE, PARTIAL or STUCK), then act.
  * @example
  * const operator = new PostgresOperatorStore({ pool: createPostgresPool({ connectionString }), schema: 'slotguard' });
  * await operator.forceRelease(slot, { expectedEpoch: record.epoch, now: Date.now(), evenIfLeaseLive: false });
@@ -106,25 +125,36 @@ export class PostgresOperatorStore implements OperatorStore {
     });
   }
 
-  // Timeline: sql.forceReleaseSlot.
+  // Timeline: sql.forceReleaseSlot, and sql.releaseShards for a sharded window.
   async forceRelease(slot: Slot, request: ReleaseRequest): Promise<OperatorWriteOutcome> {
-    slot = canonicalSlot(slot);
-    const action = request.evenIfLeaseLive ? 'force-released' : 'released';
-    return this.#slotWrite('forceRelease', slot, request, this.#sql.forceReleaseSlot, true, [
-      this.#actionText(action, request),
-      request.evenIfLeaseLive,
-      deadlineOf(request),
-    ]);
+    slot = windowOnly(slot, 'forceRelease');
+    const action = this.#actionText(request.evenIfLeaseLive ? 'force-released' : 'released', request);
+    return this.#slotWrite(
+      'forceRelease',
+      slot,
+      request,
+      this.#sql.forceReleaseSlot,
+      true,
+      [action, request.evenIfLeaseLive, deadlineOf(request)],
+      this.#sql.releaseShards,
+    );
   }
 
-  // Timeline: sql.reopenSlot.
+  // Timeline: sql.reopenSlot, and sql.rewalkShards for a sharded window.
   async reopen(slot: Slot, request: OperatorRequest): Promise<OperatorWriteOutcome> {
-    slot = canonicalSlot(slot);
-    // A live lease is not why a reopen is refused: only a DONE or PARTIAL slot reopens, and neither has one.
-    return this.#slotWrite('reopen', slot, request, this.#sql.reopenSlot, false, [
-      this.#actionText('reopened', request),
-      deadlineOf(request),
-    ]);
+    slot = windowOnly(slot, 'reopen');
+    const action = this.#actionText('reopened', request);
+    // A live lease is not why a reopen is refused: only a DONE or PARTIAL slot reopens, and neither
+    // has one (nor has a shard of it: each had reached its end for the window to finish).
+    return this.#slotWrite(
+      'reopen',
+      slot,
+      request,
+      this.#sql.reopenSlot,
+      false,
+      [action, deadlineOf(request)],
+      this.#sql.rewalkShards,
+    );
   }
 
   /*
@@ -142,7 +172,7 @@ export class PostgresOperatorStore implements OperatorStore {
    * with nothing left to clear (a named effect then reads as gone: effects-not-failed).
    */
   async redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome> {
-    slot = canonicalSlot(slot);
+    slot = windowOnly(slot, 'redrive');
     const named = request.keyHashes ? [...new Set(request.keyHashes)] : undefined;
     for (const keyHash of named ?? []) assertKeyHash(keyHash);
     const base = this.#params(slot, request);
@@ -153,6 +183,12 @@ export class PostgresOperatorStore implements OperatorStore {
         const refusal = await this.#refusal(query, slot, request, true);
         return refusal.kind === 'absent' ? refusal : { ...refusal, cleared: [] };
       }
+      // Its shards are running it: a re-walk now would race them (see the class comment).
+      if (guarded.state === SlotState.Sharded) {
+        return { kind: 'refused', reason: 'state', current: toRecord(slot, guarded), cleared: [] };
+      }
+      const shards = await this.#lockShards(query, slot, guarded, request);
+      if (shards.live) return { ...shards.live, cleared: [] };
       if (named) {
         const rows = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, named]);
         const found = new Map(rows.map((row) => [row.key_hash, toEffectRecord(row)]));
@@ -166,17 +202,15 @@ export class PostgresOperatorStore implements OperatorStore {
         slot.window,
         named ?? null,
       ]);
-      const [released] = await query<SlotRow>(sql.redriveSlot, [
-        ...base,
-        this.#actionText(`redriven (${cleared.length} failed effects cleared)`, request),
-        deadlineOf(request),
-      ]);
+      const action = this.#actionText(`redriven (${cleared.length} failed effects cleared)`, request);
+      const [released] = await query<SlotRow>(sql.redriveSlot, [...base, action, deadlineOf(request)]);
       if (!released) {
         throw new StoreError(
           'redrive',
           `slot ${slot.jobId} ${slot.window} changed while locked; this should not happen, please report it with the slot row`,
         );
       }
+      if (shards.split) await this.#giveBackShards(query, sql.rewalkShards, slot, request, action);
       return { kind: 'redriven', record: toRecord(slot, released), cleared: cleared.map(toEffectRecord) };
     });
   }
@@ -203,7 +237,7 @@ export class PostgresOperatorStore implements OperatorStore {
     resolution: EffectResolution,
     request: OperatorRequest,
   ): Promise<ResolveEffectOutcome> {
-    slot = canonicalSlot(slot);
+    slot = windowOnly(slot, 'resolveEffect');
     assertKeyHash(keyHash);
     const base = this.#params(slot, request);
     const sql = this.#sql;
@@ -211,10 +245,20 @@ export class PostgresOperatorStore implements OperatorStore {
     return this.#transaction('resolveEffect', slot, async (query): Promise<ResolveEffectOutcome> => {
       const [guarded] = await query<SlotRow>(sql.lockSlotForOperator, base);
       if (!guarded) return this.#refusal(query, slot, request, true);
+      // A cleared effect of a shard already at its end would never be performed (see the class comment).
+      if (guarded.state === SlotState.Sharded && resolution === 'clear') {
+        return { kind: 'refused', reason: 'state', current: toRecord(slot, guarded) };
+      }
+      // Shards before effects, the order every operator write locks in; a shard's reservations
+      // lock its row before they touch an effect, so none can change one meanwhile.
+      const shards = await this.#lockShards(query, slot, guarded, request);
 
       const key = [slot.jobId, slot.window, keyHash];
       const [row] = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, [keyHash]]);
       if (!row) return { kind: 'effect-absent' };
+      // The run that wrote it holds its shard's lease: it may still perform or mark it.
+      const holder = row.shard === null ? undefined : shards.rows.get(row.shard);
+      if (holder?.lease_live) return shardHeld(slot, holder);
       // What the operator resolved: a reservation (also when this is our own mark, committed by a
       // try whose reply was lost, and the row already reads DONE).
       const before: EffectRecord = { ...toEffectRecord(row), state: EffectState.Reserved };
@@ -248,6 +292,9 @@ export class PostgresOperatorStore implements OperatorStore {
       let slotReopened = false;
       if (resolution === 'clear' && FINISHED.includes(guarded.state)) {
         slotReopened = (await query(sql.reopenSlot, [...base, slotAction, deadlineOf(request)])).length > 0;
+        if (slotReopened && shards.split) {
+          await this.#giveBackShards(query, sql.rewalkShards, slot, request, slotAction);
+        }
       } else {
         await query(sql.noteOperatorAction, [slot.jobId, slot.window, request.expectedEpoch, slotAction]);
       }
@@ -257,7 +304,9 @@ export class PostgresOperatorStore implements OperatorStore {
 
   /**
    * One conditional UPDATE of the slot row, and when it matches nothing the read that explains it,
-   * in one transaction. `rest` follows the four parameters every operator statement starts with.
+   * in one transaction. `rest` follows the four parameters every operator statement starts with;
+   * its first is the action noted on the row. A sharded window's shards are given back with it by
+   * `shardsText` (see #giveBackShards), in the same transaction.
    */
   async #slotWrite(
     operation: string,
@@ -265,12 +314,16 @@ export class PostgresOperatorStore implements OperatorStore {
     request: OperatorRequest,
     text: string,
     leaseMatters: boolean,
-    rest: unknown[],
+    rest: [action: string, ...unknown[]],
+    shardsText: string,
   ): Promise<OperatorWriteOutcome> {
     const params = [...this.#params(slot, request), ...rest];
     return this.#transaction(operation, slot, async (query) => {
       const [written] = await query<SlotRow>(text, params);
-      if (written) return { kind: 'ok', record: toRecord(slot, written) };
+      if (written) {
+        if (isSplit(written)) await this.#giveBackShards(query, shardsText, slot, request, rest[0]);
+        return { kind: 'ok', record: toRecord(slot, written) };
+      }
       const answer = await this.#refusal(query, slot, request, leaseMatters);
       // A RELEASED slot at the epoch read: this write (a try whose reply was lost) or the holder's
       // own release got there first. Either way the slot is where the operator wanted it.
@@ -306,6 +359,44 @@ export class PostgresOperatorStore implements OperatorStore {
           ? 'lease-live'
           : 'state';
     return { kind: 'refused', reason, current };
+  }
+
+  /**
+   * Locks the shards of a sharded window (after its own row: the order every operator write takes),
+   * and finds the first one a run holds under a live lease. Nothing for a window that is not split.
+   */
+  async #lockShards(
+    query: TransactionQuery,
+    slot: Slot,
+    window: SlotRow,
+    request: OperatorRequest,
+  ): Promise<{ split: boolean; rows: ReadonlyMap<number, ShardRow>; live?: Refusal & { kind: 'refused' } }> {
+    if (!isSplit(window)) return { split: false, rows: new Map() };
+    const rows = await query<ShardRow>(this.#sql.lockShardsForOperator, [
+      slot.jobId,
+      slot.window,
+      this.#now(request),
+    ]);
+    const live = rows.find((row) => row.lease_live === true);
+    return {
+      split: true,
+      rows: new Map(rows.map((row) => [row.shard, row])),
+      ...(live ? { live: shardHeld(slot, live) } : {}),
+    };
+  }
+
+  /**
+   * Gives a sharded window's shards back with it (sql.releaseShards or sql.rewalkShards), with the
+   * window's action and deadline, inside the transaction that gave the window back.
+   */
+  async #giveBackShards(
+    query: TransactionQuery,
+    text: string,
+    slot: Slot,
+    request: OperatorRequest,
+    action: string,
+  ): Promise<void> {
+    await query(text, [slot.jobId, slot.window, this.#now(request), action, deadlineOf(request)]);
   }
 
   async #transaction<T>(
@@ -345,6 +436,30 @@ export class PostgresOperatorStore implements OperatorStore {
   #actionText(action: string, request: OperatorRequest): string {
     return `${action} by an operator at ${iso(request.now)}`;
   }
+}
+
+/**
+ * The slot an operator's write acts on, canonical: a window. A shard is run, finished and given back
+ * with its window (see PostgresOperatorStore), so a write naming one is refused, naming the fix.
+ */
+function windowOnly(slot: Slot, operation: string): Slot {
+  slot = canonicalSlot(slot);
+  if (slot.shard !== undefined) {
+    throw new ConfigurationError(
+      'slot',
+      `${operation} was given shard ${slot.shard} of window ${slot.window} of job '${slot.jobId}'; an operator acts on ` +
+        'the whole window, whose shards are given back with it: leave the shard out',
+    );
+  }
+  return slot;
+}
+
+/** Whether a window's row says it is split into shards (rows of older builds are not). */
+const isSplit = (row: SlotRow) => (row.shards ?? 1) > 1;
+
+/** A write refused because a run holds one of the window's shards under a live lease: that shard, as it is. */
+function shardHeld(slot: Slot, row: ShardRow): Refusal & { kind: 'refused' } {
+  return { kind: 'refused', reason: 'lease-live', current: toRecord({ ...slot, shard: row.shard }, row) };
 }
 
 /** The `$deadline` parameter of a write that gives the slot back: NULL keeps the window's. */

@@ -29,8 +29,11 @@ export { assertSchemaName, SCHEMA_NAME_PATTERN } from './postgres-settings.js';
  * 3: windows that finish across runs: slot states PARTIAL and STUCK, and `deadline`, `checkpoint`,
  *    `progress`, `runs_without_progress`, `resume_after`, `key_version` on slots; effect state FAILED, and
  *    `attempts`, `retry_at`, `reason` on effects.
+ * 4: windows split into shards: slot state SHARDED, `shards` and `finished_shards` on slots, the
+ *    `shard_slots` table (one row per shard, each a slot of its own), and `shard` on effects; and
+ *    `send_rates`, each job's send-rate timeline (SharedRateLimiter).
  */
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 /**
  * The advisory-lock key that serialises concurrent migrations (of any schema): a fixed constant,
@@ -41,13 +44,19 @@ export const MIGRATION_LOCK_KEY = '7310475300220901377';
 /** A clock expression: the caller's reading when one is passed, else the database's own clock. */
 const now = (param: string) => `COALESCE(${param}::timestamptz, clock_timestamp())`;
 
-/** The slot columns `read` and every conflict explanation decode (see SlotRow in the claim store). */
+/**
+ * The slot columns `read` and every conflict explanation decode (see SlotRow in the claim store):
+ * every slot row has them, a window's (`slots`) and a shard's (`shard_slots`).
+ */
 const SLOT_COLUMNS = `state, owner, epoch, lease_until, attempts, failures, max_attempts, claimed_at,
   execution_id, attempt_number, invocation_id, backfilled, summary, last_error, completed_at, expires_at,
   deadline, checkpoint, progress, runs_without_progress, resume_after, key_version`;
 
+/** A window's row adds its split: how many shards, and which have reached their end. */
+const WINDOW_COLUMNS = `${SLOT_COLUMNS}, shards, finished_shards`;
+
 /** The effect columns every read decodes (see EffectRow in the ledger). */
-const EFFECT_COLUMNS = 'key_hash, state, epoch, owner, attempts, retry_at, reason';
+const EFFECT_COLUMNS = 'key_hash, state, epoch, owner, attempts, retry_at, reason, shard';
 
 /**
  * The SET list of an operator's write that gives a slot back (OperatorStore): RELEASED, the lease
@@ -61,6 +70,41 @@ const givenBack = (nowParam: string, actionParam: string, deadlineParam: string)
 
 /** What a window given back to be walked again (reopen, re-drive) no longer needs. */
 const REWALK = 'checkpoint = NULL, progress = NULL, completed_at = NULL';
+
+/**
+ * What a window given back forgets of its split: which shards had finished. Its next delivery's
+ * coordinator hands out every shard again, and each shard reports its end again (a shard already
+ * at its end does at once), so the set fills afresh and the window finishes from its shards as
+ * they are now. The split itself (`shards`) stays.
+ */
+const SHARDS_HANDED_OUT_AGAIN = 'finished_shards = NULL';
+
+/**
+ * A slot row's columns after its key and state, as version 1 created them: `slots` has had them
+ * since, and `shard_slots` starts with them too (its later columns are those versions 2 and 3 added
+ * to `slots`).
+ */
+const LEASE_COLUMNS = `owner           text        NOT NULL,
+        epoch           integer     NOT NULL CHECK (epoch >= 1),
+        lease_until     timestamptz,
+        attempts        integer     NOT NULL,
+        failures        integer     NOT NULL DEFAULT 0,
+        max_attempts    integer     NOT NULL,
+        claimed_at      timestamptz NOT NULL,
+        claimer_clock   timestamptz NOT NULL,
+        previous_owner  text,
+        previous_state  text,
+        execution_id    text,
+        attempt_number  integer,
+        invocation_id   text,
+        summary         jsonb,
+        last_error      text,
+        completed_at    timestamptz,
+        expires_at      timestamptz NOT NULL`;
+
+/** The CHECKs on a slot row's key, the same in `slots` and `shard_slots`. */
+const JOB_ID_CHECK = "CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$')";
+const WINDOW_CHECK = "CHECK (slot_window ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$')";
 
 /** `state IN ('A', 'B', …)`: the CHECK on a state column, listing every state of this version. */
 const stateCheck = (states: readonly string[]) => `state IN (${states.map((v) => `'${v}'`).join(', ')})`;
@@ -87,26 +131,39 @@ function widenStateCheck(table: string, constraint: string, states: readonly str
       END $widen$`;
 }
 
-/** The SQL of one schema. Built once per backend; every statement is schema-qualified. */
-export function sqlFor(schema: string) {
-  assertSchemaName(schema);
-  const s = escapeIdentifier(schema);
-  const slots = `${s}.slots`;
-  const effects = `${s}.effects`;
-  const slotStates = Object.values(SlotState);
-  const effectStates = Object.values(EffectState);
+/** Which kind of slot row a statement addresses: a window's (`slots`) or one shard's (`shard_slots`). */
+type SlotRowKind = 'window' | 'shard';
+
+/**
+ * The statements a slot's lease goes through, for one of the two tables that hold slot rows:
+ * `slots`, one row per (job, window), and `shard_slots`, one row per shard of a sharded window, keyed
+ * by (job, window, shard). A shard is a slot of its own, with its own epoch, lease, deadline,
+ * checkpoint and key version, granted and fenced exactly as a window is; the two texts of a
+ * statement differ only in the row's key, the columns read back and what a first claim stores. A
+ * shard's statement takes the shard as one more parameter, after all of the window's, so the
+ * parameters both share keep their positions: `$1 job, $2 window, …` below, `$n shard` last.
+ */
+function slotRowStatements(schema: string, kind: SlotRowKind) {
+  const table = kind === 'window' ? `${schema}.slots` : `${schema}.shard_slots`;
+  const shard = kind === 'shard';
+  /** The row's key: job and window, and for a shard's row the shard, as parameter `$${n}`. */
+  const key = (n: number, job = '$1', window = '$2') =>
+    `job_id = ${job} AND slot_window = ${window}${shard ? ` AND shard = $${n}::integer` : ''}`;
+  const columns = shard ? SLOT_COLUMNS : WINDOW_COLUMNS;
 
   /*
-   * The lease check every effect write starts with, as a CTE: the slot row, locked FOR SHARE, only
-   * if it is RUNNING under this owner and epoch and (on the database clock) its lease has not ended.
-   * FOR SHARE conflicts with the UPDATE a takeover makes, so a takeover cannot commit between this
-   * check and the write that follows it in the same statement; a holder's own concurrent batches
-   * share the lock and do not wait for each other.
-   * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end (database clock only).
+   * The lease check every effect write starts with, as a CTE: the claim's own slot row (a shard's
+   * row for a shard's claim), locked FOR SHARE, only if it is RUNNING under this owner and epoch and
+   * (on the database clock) its lease has not ended. FOR SHARE conflicts with the UPDATE a takeover
+   * makes, so a takeover cannot commit between this check and the write that follows it in the
+   * same statement; a holder's own concurrent batches share the lock and do not wait for each
+   * other. The effect rows themselves are the window's whichever row the lease is on: a sharded
+   * window keeps one ledger, and its shards' leases fence their own writes to it.
+   * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end (database clock only), `$${n}` shard.
    */
-  const leaseHeld = `lease AS MATERIALIZED (
-    SELECT expires_at FROM ${slots}
-    WHERE job_id = $1 AND slot_window = $2 AND state = 'RUNNING' AND owner = $3 AND epoch = $4
+  const leaseHeld = (n: number) => `lease AS MATERIALIZED (
+    SELECT expires_at FROM ${table}
+    WHERE ${key(n)} AND state = 'RUNNING' AND owner = $3 AND epoch = $4
       AND ($5::boolean IS FALSE OR lease_until > clock_timestamp())
     FOR SHARE
   )`;
@@ -117,26 +174,23 @@ export function sqlFor(schema: string) {
      * as committed. The lock only orders claimers of one slot (a loser waits for the winner's
      * commit instead of racing it to the row); the row decides. $1 lock key, $2 job, $3 window,
      * $4 takeover-before: a lease that ended before it may be taken over (the caller's clock less
-     * the skew allowance, or NULL for the database clock).
+     * the skew allowance, or NULL for the database clock), $5 shard.
      */
     probeSlot: `
       SELECT pg_try_advisory_xact_lock($1::bigint) AS locked, s.*
       FROM (SELECT 1) AS one
       LEFT JOIN (
-        SELECT ${SLOT_COLUMNS}, lease_until < ${now('$4')} AS lease_expired
-        FROM ${slots} WHERE job_id = $2 AND slot_window = $3
+        SELECT ${columns}, lease_until < ${now('$4')} AS lease_expired
+        FROM ${table} WHERE ${key(5, '$2', '$3')}
       ) AS s ON TRUE`,
-
-    /** Waits (up to lock_timeout) for the claimer that holds the slot's advisory lock to commit. */
-    waitForClaimLock: 'SELECT pg_advisory_xact_lock($1::bigint)',
 
     /**
      * The row as committed now, with whether its lease has ended. $1 job, $2 window,
-     * $3 takeover-before (as in probeSlot).
+     * $3 takeover-before (as in probeSlot), $4 shard.
      */
     readSlotForClaim: `
-      SELECT ${SLOT_COLUMNS}, lease_until < ${now('$3')} AS lease_expired
-      FROM ${slots} WHERE job_id = $1 AND slot_window = $2`,
+      SELECT ${columns}, lease_until < ${now('$3')} AS lease_expired
+      FROM ${table} WHERE ${key(4)}`,
 
     /*
      * Timeline of a claim (the only statement that grants a slot):
@@ -148,63 +202,69 @@ export function sqlFor(schema: string) {
      * The epoch is `epoch + 1` inside the same statement, so it grows by exactly one per grant. The
      * row's previous owner and state are kept on it, to name the previous holder and tell a
      * takeover (RUNNING) from a retry (RELEASED). What the claim hands its run (the window's
-     * deadline, checkpoint and runs without progress) is returned as the row it replaced had it:
-     * the update keeps those three (the deadline only fills in where an older row has none), so
-     * RETURNING them returns the old values. It drops the last holder's `progress` and any
-     * `resume_after`. A conflict that does not pass WHERE still leaves the row locked by this
-     * transaction, so the read that explains it sees it unchanged.
+     * deadline, checkpoint, runs without progress, key version and split) is returned as the row it
+     * replaced had it: the update keeps those (the deadline, key version and split only fill in
+     * where an older row has none), so RETURNING them returns the old values. It drops the last
+     * holder's `progress` and any `resume_after`. A conflict that does not pass WHERE still leaves
+     * the row locked by this transaction, so the read that explains it sees it unchanged.
      * `now` is read once (the first CTE) and is both the lease start and, on the database clock,
      * the expiry test: a statement that waited for a lock judges expiry by an instant no later than
      * the one it acts at, which can only make it see a lease as live for longer.
+     * A window's split (`shards`) is stored by its first claim and kept by every later one, so a
+     * changed setting never re-splits an open window; a row an older build wrote has none, and is
+     * not split (1). A shard's row stores which shard it is instead.
      * $1 job, $2 window, $3 owner, $4 now, $5 lease ms, $6 max attempts, $7 caller's clock,
      * $8 execution id, $9 attempt number, $10 invocation id, $11 expires at (epoch seconds),
      * $12 backfilled (recorded per grant: a retry by the schedule itself is not a backfill),
      * $13 the deadline this claim asks for, $14 takeover-before (as in probeSlot), $15 the
-     * effect-key version this claim hashes with (kept from the first claim, like the deadline).
+     * effect-key version this claim hashes with (kept from the first claim, like the deadline),
+     * $16 the window's split this claim asks for, or for a shard's row the shard.
      */
     claimSlot: `
       WITH t AS (SELECT ${now('$4')} AS now)
-      INSERT INTO ${slots} AS s (
+      INSERT INTO ${table} AS s (
         job_id, slot_window, state, owner, epoch, lease_until, attempts, failures, max_attempts,
         claimed_at, claimer_clock, execution_id, attempt_number, invocation_id, backfilled, expires_at,
-        deadline, key_version)
+        deadline, key_version, ${shard ? 'shard' : 'shards'})
       SELECT $1::text, $2::text, 'RUNNING', $3::text, 1, t.now + $5::double precision * interval '1 millisecond',
         1, 0, $6::integer, t.now, $7::timestamptz, $8::text, $9::integer, $10::text, $12::boolean,
-        to_timestamp($11::double precision), $13::timestamptz, $15::text
+        to_timestamp($11::double precision), $13::timestamptz, $15::text, $16::integer
       FROM t
-      ON CONFLICT (job_id, slot_window) DO UPDATE SET
+      ON CONFLICT (job_id, slot_window${shard ? ', shard' : ''}) DO UPDATE SET
         state = 'RUNNING', owner = EXCLUDED.owner, epoch = s.epoch + 1, lease_until = EXCLUDED.lease_until,
         attempts = s.attempts + 1, max_attempts = EXCLUDED.max_attempts, claimed_at = EXCLUDED.claimed_at,
         claimer_clock = EXCLUDED.claimer_clock, previous_owner = s.owner, previous_state = s.state,
         execution_id = EXCLUDED.execution_id, attempt_number = EXCLUDED.attempt_number,
         invocation_id = EXCLUDED.invocation_id, backfilled = EXCLUDED.backfilled,
         expires_at = EXCLUDED.expires_at, deadline = COALESCE(s.deadline, EXCLUDED.deadline),
-        key_version = COALESCE(s.key_version, EXCLUDED.key_version), progress = NULL, resume_after = NULL
+        key_version = COALESCE(s.key_version, EXCLUDED.key_version), progress = NULL, resume_after = NULL${
+          shard ? '' : ',\n        shards = COALESCE(s.shards, 1)'
+        }
       WHERE (s.state = 'RUNNING' AND s.lease_until < COALESCE($14::timestamptz, EXCLUDED.claimed_at))
         OR (s.state = 'RELEASED' AND (s.resume_after IS NULL OR s.resume_after <= EXCLUDED.claimer_clock))
       RETURNING s.epoch, s.lease_until, s.previous_owner, s.previous_state, s.deadline, s.checkpoint,
-        s.runs_without_progress, s.key_version`,
+        s.runs_without_progress, s.key_version${shard ? '' : ', s.shards'}`,
 
     /*
      * Timeline of a renewal: only the holder of this exact grant extends its lease.
      *   A (epoch 1) renews at t: lease_until = t + L                    → renewed
      *   after B took over (epoch 2): owner/epoch no longer match, no row → lost
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 lease ms.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 lease ms, $7 shard.
      */
     renewLease: `
-      UPDATE ${slots} SET lease_until = ${now('$5')} + $6::double precision * interval '1 millisecond'
-      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      UPDATE ${table} SET lease_until = ${now('$5')} + $6::double precision * interval '1 millisecond'
+      WHERE ${key(7)} AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
       RETURNING lease_until`,
 
     /*
      * Timeline of a checkpoint: the holder records where its walk stands and its counts so far.
      *   A (epoch 1, RUNNING) checkpoints                                  → ok
      *   A after a takeover by B: no row; the read shows B, epoch 2         → fenced
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 checkpoint (JSON), $6 progress (JSON).
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 checkpoint (JSON), $6 progress (JSON), $7 shard.
      */
     checkpointSlot: `
-      UPDATE ${slots} SET checkpoint = $5::jsonb, progress = $6::jsonb
-      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      UPDATE ${table} SET checkpoint = $5::jsonb, progress = $6::jsonb
+      WHERE ${key(7)} AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
       RETURNING epoch`,
 
     /*
@@ -212,11 +272,11 @@ export function sqlFor(schema: string) {
      *   A (epoch 1, RUNNING) completes: DONE (or PARTIAL), summary, lease cleared → ok
      *   A's retry after a lost reply: no row (DONE); the read shows it ours        → ok
      *   A after a takeover by B: no row; the read shows B, epoch 2                 → fenced
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 summary (JSON), $7 'DONE' or 'PARTIAL'.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 summary (JSON), $7 'DONE' or 'PARTIAL', $8 shard.
      */
     completeSlot: `
-      UPDATE ${slots} SET state = $7::text, summary = $6::jsonb, completed_at = ${now('$5')}, lease_until = NULL
-      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      UPDATE ${table} SET state = $7::text, summary = $6::jsonb, completed_at = ${now('$5')}, lease_until = NULL
+      WHERE ${key(8)} AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
       RETURNING epoch`,
 
     /*
@@ -228,46 +288,49 @@ export function sqlFor(schema: string) {
      * for the next run or the operator.
      * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 'RELEASED' or 'STUCK',
      * $7 runs without progress, $8 checkpoint (JSON) or NULL, $9 resume after or NULL,
-     * $10 the reason given up (STUCK) or NULL.
+     * $10 the reason given up (STUCK) or NULL, $11 shard.
      */
     releaseSlot: `
-      UPDATE ${slots} SET state = $6::text, lease_until = ${now('$5')}, runs_without_progress = $7::integer,
+      UPDATE ${table} SET state = $6::text, lease_until = ${now('$5')}, runs_without_progress = $7::integer,
         checkpoint = COALESCE($8::jsonb, checkpoint), resume_after = $9::timestamptz,
         last_error = COALESCE($10::text, last_error)
-      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      WHERE ${key(11)} AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
       RETURNING state`,
 
     /*
      * Timeline of a failed run's release: failures + 1 in the same statement, and FAILED once that
      * reaches the max_attempts stored by the claim, so further fires stand down.
      *   attempt 1 fails → RELEASED, failures 1; attempt 2 → RELEASED, 2; attempt 3 → FAILED, 3
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 error text.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 now, $6 error text, $7 shard.
      */
     failSlot: `
-      UPDATE ${slots} SET failures = failures + 1, last_error = $6, lease_until = ${now('$5')},
+      UPDATE ${table} SET failures = failures + 1, last_error = $6, lease_until = ${now('$5')},
         state = CASE WHEN failures + 1 >= max_attempts THEN 'FAILED' ELSE 'RELEASED' END
-      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      WHERE ${key(7)} AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
       RETURNING state`,
 
-    /** One slot row. $1 job, $2 window. */
-    readSlot: `SELECT ${SLOT_COLUMNS}, claimer_clock FROM ${slots} WHERE job_id = $1 AND slot_window = $2`,
+    /** One slot row. $1 job, $2 window, $3 shard. */
+    readSlot: `SELECT ${columns}, claimer_clock FROM ${table} WHERE ${key(3)}`,
 
     /*
      * Timeline of a batch of reservations (one statement, so one transaction):
-     *   1. lock the slot row FOR SHARE if (owner, epoch) still hold it and the lease is live
-     *   2. only then insert the keys, RESERVED and stamped with the epoch; a key already present is
-     *      left alone (ON CONFLICT DO NOTHING) and explained by a read afterwards
+     *   1. lock the claim's slot row FOR SHARE if (owner, epoch) still hold it and the lease is live
+     *   2. only then insert the keys into the window's ledger, RESERVED and stamped with the epoch
+     *      (and the shard, for a shard's claim); a key already present is left alone (ON CONFLICT
+     *      DO NOTHING) and explained by a read afterwards
      * A holder fenced out by a takeover (or, on the database clock, past its lease) matches no row
      * in step 1 and inserts nothing. Keys are inserted in the caller's (sorted) order, so two
      * batches that overlap lock their rows in the same order and cannot deadlock.
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes, $7 shard.
      */
     reserveEffects: `
-      WITH ${leaseHeld},
+      WITH ${leaseHeld(7)},
       inserted AS (
-        INSERT INTO ${effects} (job_id, slot_window, key_hash, state, epoch, owner, reserved_at, expires_at)
+        INSERT INTO ${schema}.effects (job_id, slot_window, key_hash, state, epoch, owner, reserved_at, expires_at${
+          shard ? ', shard' : ''
+        })
         SELECT $1::text, $2::text, k.key_hash, 'RESERVED', $4::integer, $3::text, now(),
-          (SELECT expires_at FROM lease)
+          (SELECT expires_at FROM lease)${shard ? ', $7::integer' : ''}
         FROM unnest($6::text[]) WITH ORDINALITY AS k(key_hash, n)
         WHERE EXISTS (SELECT 1 FROM lease)
         ORDER BY k.n
@@ -284,14 +347,16 @@ export function sqlFor(schema: string) {
      *     → RESERVED, epoch e, owner o                                      → reserved, rerun
      *   a row that changed since it was read (another retry won, it was marked done): no match
      * Each row is replaced only as it was read (state, epoch, owner, attempts), so of several
-     * concurrent retries of one refusal exactly one wins; the caller reads the rest again.
+     * concurrent retries of one refusal exactly one wins; the caller reads the rest again. Only rows
+     * its own shard wrote reach here (reserveOutcomeOfConflict answers another shard's `elsewhere`),
+     * and a row still as read, owner token and all, is still that shard's.
      * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes, and as read:
-     * $7 their states, $8 epochs, $9 owners, $10 attempts.
+     * $7 their states, $8 epochs, $9 owners, $10 attempts; $11 shard.
      */
     replaceEffects: `
-      WITH ${leaseHeld},
+      WITH ${leaseHeld(11)},
       replaced AS (
-        UPDATE ${effects} AS e SET state = 'RESERVED', epoch = $4, owner = $3, reserved_at = now(),
+        UPDATE ${schema}.effects AS e SET state = 'RESERVED', epoch = $4, owner = $3, reserved_at = now(),
           retry_at = NULL, reason = NULL
         FROM unnest($6::text[], $7::text[], $8::integer[], $9::text[], $10::integer[])
           AS seen(key_hash, state, epoch, owner, attempts)
@@ -302,6 +367,83 @@ export function sqlFor(schema: string) {
         RETURNING e.key_hash
       )
       SELECT EXISTS (SELECT 1 FROM lease) AS lease_held, ARRAY(SELECT key_hash FROM replaced) AS replaced`,
+  } as const;
+}
+
+/** The statements of one kind of slot row (see slotRowStatements). */
+export type SlotRowSql = ReturnType<typeof slotRowStatements>;
+
+/** The SQL of one schema. Built once per backend; every statement is schema-qualified. */
+export function sqlFor(schema: string) {
+  assertSchemaName(schema);
+  const s = escapeIdentifier(schema);
+  const slots = `${s}.slots`;
+  const effects = `${s}.effects`;
+  const shardSlots = `${s}.shard_slots`;
+  const sendRates = `${s}.send_rates`;
+  const slotStates = Object.values(SlotState);
+  // A shard is never itself split: SHARDED is a window's state only.
+  const shardStates = slotStates.filter((state) => state !== SlotState.Sharded);
+  const effectStates = Object.values(EffectState);
+
+  return {
+    // The window's own row (`slots`): the statements as every unsharded window has always used them.
+    ...slotRowStatements(s, 'window'),
+    /** The same statements on a shard's row (`shard_slots`): the shard is each one's last parameter. */
+    shard: slotRowStatements(s, 'shard'),
+
+    /** Waits (up to lock_timeout) for the claimer that holds the slot's advisory lock to commit. */
+    waitForClaimLock: 'SELECT pg_advisory_xact_lock($1::bigint)',
+
+    /*
+     * Timeline of a window handed to its shards (its coordinator's release, after sending one message
+     * per shard):
+     *   coordinator (epoch e, RUNNING) → SHARDED, the split recorded, lease cleared      → ok
+     *   a later claim of the window: no grant (SHARDED is not claimable)                 → sharded
+     *   the coordinator after a takeover (epoch e + 1 sent the shards again): no row     → fenced
+     * The shards already recorded as finished are kept: a window is SHARDED once per hand-over, and
+     * an operator who gives it back clears them (see givenBack).
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 shards.
+     */
+    releaseSharded: `
+      UPDATE ${slots} SET state = 'SHARDED', shards = $5::integer, lease_until = NULL,
+        finished_shards = COALESCE(finished_shards, '{}')
+      WHERE job_id = $1 AND slot_window = $2 AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      RETURNING state`,
+
+    /*
+     * Timeline of a sharded window's end:
+     *   shard i ends (DONE, PARTIAL, STUCK, FAILED): add i to finished_shards if SHARDED  (a set:
+     *     the same shard added again, by a retried message after a crash, changes nothing)
+     *   the add that makes the set whole is followed by one finishSharded (below)
+     *   a window no longer SHARDED (finished, or given back by an operator): no row → undefined
+     * Adds to the set serialise on the row's lock, so of two shards ending at once the second sees
+     * the first's shard in the set it returns.
+     * $1 job, $2 window, $3 shard.
+     */
+    shardFinished: `
+      UPDATE ${slots} SET finished_shards = ARRAY(
+          SELECT DISTINCT f FROM unnest(array_append(COALESCE(finished_shards, '{}'), $3::integer)) AS f ORDER BY f)
+      WHERE job_id = $1 AND slot_window = $2 AND state = 'SHARDED'
+      RETURNING shards, finished_shards`,
+
+    /*
+     * Timeline of finishing a sharded window, by the shard whose end completed the set:
+     *   SHARDED → DONE or PARTIAL (the summary tallied from the window's ledger, completed now), or
+     *     STUCK (the reason naming the shard)                                              → ok
+     *   every other caller (shards ending at once, a retried message): no longer SHARDED,
+     *     no row                                                                           → finished
+     * Racing callers queue on the row's lock and re-check SHARDED once it is theirs, so exactly one
+     * matches.
+     * $1 job, $2 window, $3 'DONE', 'PARTIAL' or 'STUCK', $4 summary (JSON) or NULL, $5 now,
+     * $6 the reason (STUCK) or NULL.
+     */
+    finishSharded: `
+      UPDATE ${slots} SET state = $3::text, summary = COALESCE($4::jsonb, summary),
+        completed_at = CASE WHEN $4::jsonb IS NULL THEN completed_at ELSE ${now('$5')} END,
+        last_error = COALESCE($6::text, last_error)
+      WHERE job_id = $1 AND slot_window = $2 AND state = 'SHARDED'
+      RETURNING state`,
 
     /** The effect rows of some keys. $1 job, $2 window, $3 key hashes. */
     readEffects: `
@@ -365,10 +507,10 @@ export function sqlFor(schema: string) {
      * $7 new deadline or NULL.
      */
     forceReleaseSlot: `
-      UPDATE ${slots} SET ${givenBack('$4', '$5', '$7')}
+      UPDATE ${slots} SET ${givenBack('$4', '$5', '$7')}, ${SHARDS_HANDED_OUT_AGAIN}
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
         AND (state IN ('FAILED', 'STUCK') OR (state = 'RUNNING' AND ($6::boolean OR lease_until < ${now('$4')})))
-      RETURNING ${SLOT_COLUMNS}, claimer_clock`,
+      RETURNING ${WINDOW_COLUMNS}, claimer_clock`,
 
     /*
      * Timeline of a reopen:
@@ -380,9 +522,9 @@ export function sqlFor(schema: string) {
      * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 new deadline or NULL.
      */
     reopenSlot: `
-      UPDATE ${slots} SET ${givenBack('$4', '$5', '$6')}, ${REWALK}
+      UPDATE ${slots} SET ${givenBack('$4', '$5', '$6')}, ${REWALK}, ${SHARDS_HANDED_OUT_AGAIN}
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3 AND state IN ('DONE', 'PARTIAL')
-      RETURNING ${SLOT_COLUMNS}, claimer_clock`,
+      RETURNING ${WINDOW_COLUMNS}, claimer_clock`,
 
     /*
      * Timeline of a re-drive (one transaction, after lockSlotForOperator at t1):
@@ -396,9 +538,9 @@ export function sqlFor(schema: string) {
      * $1 job, $2 window, $3 expected epoch, $4 now, $5 action, $6 new deadline or NULL.
      */
     redriveSlot: `
-      UPDATE ${slots} SET ${givenBack('$4', '$5', '$6')}, ${REWALK}
+      UPDATE ${slots} SET ${givenBack('$4', '$5', '$6')}, ${REWALK}, ${SHARDS_HANDED_OUT_AGAIN}
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
-      RETURNING ${SLOT_COLUMNS}, claimer_clock`,
+      RETURNING ${WINDOW_COLUMNS}, claimer_clock`,
 
     /**
      * Deletes a window's FAILED effects, every one or those of `$3` (NULL: all), returning them as
@@ -419,7 +561,7 @@ export function sqlFor(schema: string) {
      * $1 job, $2 window, $3 expected epoch, $4 now.
      */
     lockSlotForOperator: `
-      SELECT ${SLOT_COLUMNS}, claimer_clock FROM ${slots}
+      SELECT ${WINDOW_COLUMNS}, claimer_clock FROM ${slots}
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
         AND NOT (state = 'RUNNING' AND lease_until >= ${now('$4')})
       FOR UPDATE`,
@@ -429,9 +571,53 @@ export function sqlFor(schema: string) {
      * operator write that matched no row is explained with. $1 job, $2 window, $3 now.
      */
     readSlotForOperator: `
-      SELECT ${SLOT_COLUMNS}, claimer_clock,
+      SELECT ${WINDOW_COLUMNS}, claimer_clock,
         (state = 'RUNNING' AND lease_until >= ${now('$3')}) AS lease_live
       FROM ${slots} WHERE job_id = $1 AND slot_window = $2`,
+
+    /*
+     * The shards of a sharded window, as an operator's write on the window finds them (one
+     * transaction, after lockSlotForOperator): each shard's row locked FOR UPDATE, in shard order,
+     * with whether a run's lease on it is live by the clock of `$3`. A shard's claim (an upsert of
+     * its row) or reservation (FOR SHARE of it) now waits for the operator's commit, as the window's
+     * lock makes the window's own runs wait. $1 job, $2 window, $3 now.
+     */
+    lockShardsForOperator: `
+      SELECT shard, ${SLOT_COLUMNS}, claimer_clock,
+        (state = 'RUNNING' AND lease_until >= ${now('$3')}) AS lease_live
+      FROM ${shardSlots} WHERE job_id = $1 AND slot_window = $2
+      ORDER BY shard
+      FOR UPDATE`,
+
+    /*
+     * Timeline of a forced release of a sharded window (with forceReleaseSlot, one transaction):
+     *   t0  operator reads the window: STUCK, its last shard having found shard 2 STUCK
+     *   t1  forceReleaseSlot → the window RELEASED, its finished shards forgotten
+     *   t2  this UPDATE: every STUCK or FAILED shard → RELEASED, given back (its checkpoint kept,
+     *       the operator's deadline); DONE and PARTIAL shards, and running ones, are left as they are
+     *   t3  the window's next delivery: its coordinator sends every shard again; shard 2 resumes
+     *       from its checkpoint at its next epoch, the others find themselves at their end and say so
+     * $1 job, $2 window, $3 now, $4 action, $5 new deadline or NULL.
+     */
+    releaseShards: `
+      UPDATE ${shardSlots} SET ${givenBack('$3', '$4', '$5')}
+      WHERE job_id = $1 AND slot_window = $2 AND state IN ('FAILED', 'STUCK')
+      RETURNING shard`,
+
+    /*
+     * Timeline of a sharded window given back to be walked again (reopen, re-drive, an effect
+     * cleared on a finished window; one transaction, after lockShardsForOperator found no live lease):
+     *   t2  this UPDATE: every shard → RELEASED, given back for a re-walk (no checkpoint, the
+     *       operator's deadline), as the window's own row is
+     *   t3  the window's next delivery: its coordinator sends every shard again; each walks its part
+     *       from the start at its next epoch, skipping every effect done
+     * A shard under a live lease is left alone: the lock before this found none, and this keeps it so.
+     * $1 job, $2 window, $3 now, $4 action, $5 new deadline or NULL.
+     */
+    rewalkShards: `
+      UPDATE ${shardSlots} SET ${givenBack('$3', '$4', '$5')}, ${REWALK}
+      WHERE job_id = $1 AND slot_window = $2 AND NOT (state = 'RUNNING' AND lease_until >= ${now('$3')})
+      RETURNING shard`,
 
     /** Some effect rows, locked until the operator's transaction ends. $1 job, $2 window, $3 key hashes. */
     lockEffects: `
@@ -473,10 +659,39 @@ export function sqlFor(schema: string) {
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
       RETURNING epoch`,
 
+    /*
+     * Timeline of a send-rate reservation (PostgresRateLimitStore): one upsert of the job's row,
+     * which the row lock serialises against every other worker's.
+     *   first ever:  no row → INSERT next_at = now + notBefore + span              → start = now + notBefore
+     *   busy:        next_at ≥ now + notBefore → next_at = next_at + span          → start = old next_at
+     *   quiet:       next_at < now + notBefore → next_at = now + notBefore + span  → start = now + notBefore
+     * `now` is read once: the caller's clock ($2) or, when NULL, the database's, which every worker
+     * then shares; it is returned so the caller can map the start onto its own clock.
+     * $1 job, $2 caller's clock (epoch ms, fractions kept) or NULL, $3 not-before ms (relative to
+     * now), $4 span ms.
+     */
+    reserveSendRate: `
+      WITH t AS (SELECT COALESCE(to_timestamp($2::double precision / 1000), clock_timestamp()) AS now)
+      INSERT INTO ${sendRates} AS r (job_id, next_at, updated_at)
+      SELECT $1::text, t.now + ($3::double precision + $4::double precision) * interval '1 millisecond', t.now
+      FROM t
+      ON CONFLICT (job_id) DO UPDATE SET
+        next_at = GREATEST(r.next_at, EXCLUDED.updated_at + $3::double precision * interval '1 millisecond')
+          + $4::double precision * interval '1 millisecond',
+        updated_at = EXCLUDED.updated_at
+      RETURNING (extract(epoch FROM r.next_at) * 1000 - $4::double precision)::double precision AS start_ms,
+        (extract(epoch FROM r.updated_at) * 1000)::double precision AS now_ms`,
+
     /** Deletes up to $1 expired slot rows (retention passed); returns how many as `n`. */
     purgeSlots: `
       WITH doomed AS (SELECT ctid FROM ${slots} WHERE expires_at < now() LIMIT $1),
       deleted AS (DELETE FROM ${slots} WHERE ctid IN (SELECT ctid FROM doomed) RETURNING 1)
+      SELECT count(*)::integer AS n FROM deleted`,
+
+    /** Deletes up to $1 expired shard rows (their window's retention passed); returns how many as `n`. */
+    purgeShardSlots: `
+      WITH doomed AS (SELECT ctid FROM ${shardSlots} WHERE expires_at < now() LIMIT $1),
+      deleted AS (DELETE FROM ${shardSlots} WHERE ctid IN (SELECT ctid FROM doomed) RETURNING 1)
       SELECT count(*)::integer AS n FROM deleted`,
 
     /** Deletes up to $1 expired effect rows; returns how many as `n`. */
@@ -495,26 +710,10 @@ export function sqlFor(schema: string) {
       `SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`,
       `CREATE SCHEMA IF NOT EXISTS ${s}`,
       `CREATE TABLE IF NOT EXISTS ${slots} (
-        job_id          text        NOT NULL CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$'),
-        slot_window     text        NOT NULL CHECK (slot_window ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$'),
+        job_id          text        NOT NULL ${JOB_ID_CHECK},
+        slot_window     text        NOT NULL ${WINDOW_CHECK},
         state           text        NOT NULL CHECK (${stateCheck(slotStates)}),
-        owner           text        NOT NULL,
-        epoch           integer     NOT NULL CHECK (epoch >= 1),
-        lease_until     timestamptz,
-        attempts        integer     NOT NULL,
-        failures        integer     NOT NULL DEFAULT 0,
-        max_attempts    integer     NOT NULL,
-        claimed_at      timestamptz NOT NULL,
-        claimer_clock   timestamptz NOT NULL,
-        previous_owner  text,
-        previous_state  text,
-        execution_id    text,
-        attempt_number  integer,
-        invocation_id   text,
-        summary         jsonb,
-        last_error      text,
-        completed_at    timestamptz,
-        expires_at      timestamptz NOT NULL,
+        ${LEASE_COLUMNS},
         PRIMARY KEY (job_id, slot_window)
       )`,
       `CREATE TABLE IF NOT EXISTS ${effects} (
@@ -538,7 +737,7 @@ export function sqlFor(schema: string) {
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS operator_action text`,
       `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS operator_action text`,
       // Version 3, the same way: columns by ALTER on every schema (all nullable or with a constant
-      // default, so catalog changes), and the state CHECKs of version 1 and 2 tables widened.
+      // default, so catalog changes); the state CHECKs of version 1 and 2 tables are widened below.
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS deadline timestamptz`,
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS checkpoint jsonb`,
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS progress jsonb`,
@@ -548,8 +747,40 @@ export function sqlFor(schema: string) {
       `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0`,
       `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS retry_at timestamptz`,
       `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS reason text`,
+      // Version 4, the same way: a window's split on slots and the shard that wrote an effect (both
+      // nullable: catalog changes), and a table of its own for the shards' rows, so that neither
+      // existing table's primary key changes: no index rebuilt, no table locked for longer than the
+      // ALTERs, and a version-3 build still running during a rolling deploy claims windows exactly as
+      // before (its ON CONFLICT (job_id, slot_window) still names slots' key).
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS shards integer`,
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS finished_shards integer[]`,
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS shard integer`,
+      `CREATE TABLE IF NOT EXISTS ${shardSlots} (
+        job_id          text        NOT NULL ${JOB_ID_CHECK},
+        slot_window     text        NOT NULL ${WINDOW_CHECK},
+        shard           integer     NOT NULL CHECK (shard >= 0),
+        state           text        NOT NULL CHECK (${stateCheck(shardStates)}),
+        ${LEASE_COLUMNS},
+        backfilled      boolean     NOT NULL DEFAULT false,
+        deadline        timestamptz,
+        checkpoint      jsonb,
+        progress        jsonb,
+        runs_without_progress integer NOT NULL DEFAULT 0,
+        resume_after    timestamptz,
+        key_version     text,
+        operator_action text,
+        PRIMARY KEY (job_id, slot_window, shard)
+      )`,
+      `CREATE INDEX IF NOT EXISTS shard_slots_expires_at ON ${shardSlots} (expires_at)`,
+      // The state CHECKs of older tables widened (versions 3 and 4: slots gains SHARDED here).
       widenStateCheck(slots, 'slots_state_check', slotStates),
       widenStateCheck(effects, 'effects_state_check', effectStates),
+      // Version 4: one row per job, the instant its next unreserved send is due.
+      `CREATE TABLE IF NOT EXISTS ${sendRates} (
+        job_id      text        PRIMARY KEY CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$'),
+        next_at     timestamptz NOT NULL,
+        updated_at  timestamptz NOT NULL
+      )`,
       `CREATE TABLE IF NOT EXISTS ${s}.schema_version (
         version     integer     PRIMARY KEY,
         applied_at  timestamptz NOT NULL DEFAULT now()
