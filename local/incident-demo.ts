@@ -76,6 +76,11 @@ export interface IncidentDemoOptions {
   readonly clock?: Clock;
 }
 
+/** Why effects that had not gone are left in doubt in a split window (InDoubtResolution.split). */
+const SPLIT_NOT_CLEARED =
+  ' (the window is split into shards: running one again needs its shard reopened, which the operator ' +
+  'port does not do yet, so it stays in doubt rather than be dropped)';
+
 /** What one side of the comparison came to, read from the SMTP server. */
 export interface SideResult {
   /** Invocations the window was delivered to. */
@@ -402,7 +407,8 @@ function printTable(
     out.write(
       `In doubt after the run: ${n(r.resolution.inDoubt)}. Looked up in the SMTP server's log: ` +
         `${n(r.resolution.confirmed)} had gone (marked done), ${n(r.resolution.cleared)} had not (cleared and re-run)` +
-        `${r.resolution.unresolved > 0 ? `, ${n(r.resolution.unresolved)} left for a human` : ''}.\n`,
+        `${r.resolution.unresolved > 0 ? `, ${n(r.resolution.unresolved)} left for a human` : ''}` +
+        `${r.resolution.split && r.resolution.unresolved > 0 ? SPLIT_NOT_CLEARED : ''}.\n`,
     );
   } else if ((r.guarded.inDoubt ?? 0) > 0 && !canResolve) {
     out.write(

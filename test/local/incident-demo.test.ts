@@ -99,6 +99,35 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
     expect(text()).toMatch(/In doubt after the run: \d+\. Looked up in the SMTP server's log/);
   });
 
+  it('leaves an email that had not gone in doubt in a window split into shards, rather than clear it and drop its customer', async () => {
+    const { out, text } = collector();
+    const result = await runIncidentDemo({
+      replicas: 3,
+      recipients: 300,
+      concurrency: 8,
+      outputDir,
+      out,
+      shards: 4,
+      // Seed 42 crashes a shard's holder before a send: that email is reserved and never sent.
+      faults: ['crash'],
+      seed: 42,
+      leaseSeconds: 10,
+      clock: new ScaledClock(5),
+    });
+
+    expect(result.faults).toHaveLength(1);
+    expect(result.faults[0]).toMatch(/^shard-\d crashed at effect \d+ \(before-send\)$/);
+    expect(result.resolution).toMatchObject({ split: true, cleared: 0 });
+    const { inDoubt, confirmed, unresolved } = result.resolution!;
+    expect(unresolved).toBeGreaterThan(0);
+    expect(confirmed + unresolved).toBe(inDoubt);
+    // Every customer either got one email or is still in doubt, for a human: none dropped.
+    expect(result.outcome).toMatchObject({ duplicates: 0, unfinished: 0, failed: 0, shards: 4 });
+    expect(result.outcome.inDoubt).toBe(unresolved);
+    expect(result.outcome.delivered + result.outcome.inDoubt).toBe(300);
+    expect(text()).toContain(`${unresolved} left for a human (the window is split into shards`);
+  }, 120_000);
+
   it('runs the slotguard side on Postgres with --backend postgres', async () => {
     const { out, text } = collector();
     const result = await runIncidentDemo({

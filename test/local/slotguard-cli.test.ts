@@ -1880,7 +1880,13 @@ describe('slotguard postgres migrate and purge', () => {
       'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name',
       [schema],
     );
-    expect(tables.map((t) => t.table_name)).toEqual(['effects', 'schema_version', 'send_rates', 'shard_slots', 'slots']);
+    expect(tables.map((t) => t.table_name)).toEqual([
+      'effects',
+      'schema_version',
+      'send_rates',
+      'shard_slots',
+      'slots',
+    ]);
 
     const again = await cli(['postgres', 'migrate', '--schema', schema, '--json'], undefined, env);
     expect(again.code).toBe(0);
