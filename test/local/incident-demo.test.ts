@@ -2,7 +2,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runIncidentDemo } from '../../local/incident-demo.js';
+import { type IncidentDemoOptions, runIncidentDemo } from '../../local/incident-demo.js';
 import { runStart } from '../../local/start-command.js';
 import { ScaledClock } from './scaled-clock.js';
 
@@ -15,6 +15,27 @@ afterAll(() => rm(outputDir, { recursive: true, force: true }));
 function collector() {
   const chunks: string[] = [];
   return { out: { write: (text: string) => chunks.push(text) !== 0 }, text: () => chunks.join('') };
+}
+
+/**
+ * The demo for 300 customers with `faults` (seed 42). Each fault is recovered from the work queue a
+ * lease or more later (a copy that found the slot held waits at least 30 s): a 10 s lease on a
+ * clock running 5 times real time.
+ */
+async function demoWithFaults(options: Pick<IncidentDemoOptions, 'faults' | 'shards'>) {
+  const { out, text } = collector();
+  const result = await runIncidentDemo({
+    replicas: 3,
+    recipients: 300,
+    concurrency: 8,
+    outputDir,
+    out,
+    ...options,
+    seed: 42,
+    leaseSeconds: 10,
+    clock: new ScaledClock(5),
+  });
+  return { result, text };
 }
 
 describe('npm start: the incident replay, counted by the SMTP server', () => {
@@ -71,20 +92,7 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
   });
 
   it('still delivers exactly one email per customer with duplicates, a retry, a crash and a pause injected', async () => {
-    const { out, text } = collector();
-    const result = await runIncidentDemo({
-      replicas: 3,
-      recipients: 300,
-      concurrency: 8,
-      outputDir,
-      out,
-      faults: ['duplicate', 'retry', 'crash', 'pause'],
-      seed: 42,
-      // Each fault is recovered from the work queue a lease or more later (a copy that found the
-      // slot held waits at least 30 s): a 10 s lease on a clock running 5 times real time.
-      leaseSeconds: 10,
-      clock: new ScaledClock(5),
-    });
+    const { result, text } = await demoWithFaults({ faults: ['duplicate', 'retry', 'crash', 'pause'] });
 
     expect(result.faults).toHaveLength(2);
     expect(result.faults[0]).toMatch(/crashed at effect/);
@@ -100,20 +108,8 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
   });
 
   it('leaves an email that had not gone in doubt in a window split into shards, rather than clear it and drop its customer', async () => {
-    const { out, text } = collector();
-    const result = await runIncidentDemo({
-      replicas: 3,
-      recipients: 300,
-      concurrency: 8,
-      outputDir,
-      out,
-      shards: 4,
-      // Seed 42 crashes a shard's holder before a send: that email is reserved and never sent.
-      faults: ['crash'],
-      seed: 42,
-      leaseSeconds: 10,
-      clock: new ScaledClock(5),
-    });
+    // Seed 42 crashes a shard's holder before a send: that email is reserved and never sent.
+    const { result, text } = await demoWithFaults({ faults: ['crash'], shards: 4 });
 
     expect(result.faults).toHaveLength(1);
     expect(result.faults[0]).toMatch(/^shard-\d crashed at effect \d+ \(before-send\)$/);
