@@ -9,7 +9,7 @@
  * `npm run bench -- --only bundle` measures the handlers' bundles alone and prints them (a few
  * seconds; docs/benchmarks.md is left as it is).
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { arch, cpus, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 
@@ -23,6 +23,7 @@ const { createPowertoolsTable, latencySender, powertoolsIdempotency, slotguard, 
   await import('./variants.js');
 const { measureBundles } = await import('./bundle.js');
 const { barChartSvg } = await import('./chart.js');
+const { docSection } = await import('./doc-section.js');
 const { createJobHandler } = await import('../shared/job/lambda-handler.js');
 
 const { values } = parseArgs({
@@ -311,7 +312,9 @@ ${bundle.packages.map((p) => `${p.name} ${n(p.bytes / 1024, 1)} KiB`).join(', ')
 Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, ${Math.round(totalmem() / 2 ** 30)} GiB, ${arch()},
 Node ${process.version}; @aws-sdk/client-dynamodb ${await pkg('@aws-sdk/client-dynamodb')}.
 `;
-writeFileSync(values.out, doc);
+// The Shards section is another bench's (npm run bench:stream -- --shards N): kept as it is.
+const shards = existsSync(values.out) ? docSection(readFileSync(values.out, 'utf8'), 'shards') : undefined;
+writeFileSync(values.out, shards ? `${doc}\n${shards}\n` : doc);
 const svg = barChartSvg(
   `Recipients per second, one fire, ${LATENCY_MS} ms per send (higher is faster)`,
   'recipients / s',
