@@ -1,4 +1,4 @@
-import { type Clock, systemClock } from '../clock.js';
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, type MetricName } from './metric-names.js';
 
 /** Counters of one invocation, flushed once at its end. */
@@ -19,22 +19,12 @@ export interface EmfMetricsOptions {
    * metrics. @default a line on process.stdout
    */
   readonly write?: (line: string) => void;
-  /**
-   * The record's timestamp, which CloudWatch files the counts under.
-   * @default the system clock
-   */
-  readonly clock?: Clock;
 }
 
 /**
- * CloudWatch metrics in Embedded Metric Format, with exactly one dimension set: { JobId }. Counts
- * are summed in memory and flushed once per invocation, so a 12,400-recipient run writes one
- * record, not 12,400.
- *
- * The record is written here rather than by a metrics library: it is one JSON object of a fixed
- * shape (CloudWatch's EMF specification), every name is a MetricName constant and there are fewer
- * than EMF's 100 metrics per record, so a library's validation and publishing buy nothing, and
- * Powertools Metrics was a third of the job handler's bundle (docs/benchmarks.md).
+ * CloudWatch metrics in Embedded Metric Format, serialised by Powertools for AWS Lambda's Metrics
+ * (the same family as the logger), with exactly one dimension set: { JobId }. Counts are summed in
+ * memory and flushed once per invocation, so a 12,400-recipient run writes one record, not 12,400.
  * @example
  * const metrics = emfMetrics({ jobId: 'weekly-report' });
  * metrics.count(MetricName.DuplicateClaim);
@@ -42,8 +32,6 @@ export interface EmfMetricsOptions {
  */
 export function emfMetrics(options: EmfMetricsOptions): JobMetrics {
   const write = options.write ?? ((line: string) => process.stdout.write(`${line}\n`));
-  const clock = options.clock ?? systemClock;
-  const namespace = options.namespace ?? METRICS_NAMESPACE;
   const counts = new Map<MetricName, number>();
   return {
     count(name, value = 1) {
@@ -51,26 +39,16 @@ export function emfMetrics(options: EmfMetricsOptions): JobMetrics {
     },
     async flush() {
       if (counts.size === 0) return;
-      const values = Object.fromEntries(counts);
+      const metrics = new Metrics({ namespace: options.namespace ?? METRICS_NAMESPACE });
+      // Powertools adds a `service` dimension by default; the alarms watch the metric with { JobId }
+      // alone, and CloudWatch treats another dimension set as another metric.
+      metrics.clearDefaultDimensions();
+      metrics.addDimension(JOB_ID_DIMENSION, options.jobId);
+      for (const [name, value] of counts) metrics.addMetric(name, MetricUnit.Count, value);
       counts.clear();
-      write(
-        JSON.stringify({
-          _aws: {
-            Timestamp: clock.now(),
-            CloudWatchMetrics: [
-              {
-                Namespace: namespace,
-                // The one dimension set the alarms watch: CloudWatch treats another set (a `service`
-                // dimension, say) as another metric, which no alarm would see.
-                Dimensions: [[JOB_ID_DIMENSION]],
-                Metrics: Object.keys(values).map((name) => ({ Name: name, Unit: 'Count' })),
-              },
-            ],
-          },
-          [JOB_ID_DIMENSION]: options.jobId,
-          ...values,
-        }),
-      );
+      // Serialised here rather than published: publishStoredMetrics writes with its own console,
+      // and is switched off by POWERTOOLS_DEV; the line goes where `write` says, in every mode.
+      write(JSON.stringify(metrics.serializeMetrics()));
     },
   };
 }
