@@ -27,12 +27,13 @@ const NEVER_IN_A_JOB_FUNCTION: Readonly<Record<string, string>> = {
 };
 
 /**
- * The packages a DynamoDB job's bundle may carry: the Powertools logger and what it needs. The AWS
+ * The packages a DynamoDB job's bundle may carry: the Powertools logger and metrics and what they need. The AWS
  * SDK is the Lambda runtime's, so none of @aws-sdk/* or @smithy/* may be bundled either.
  */
 const PACKAGES_IN_A_JOB_FUNCTION = [
   '@aws-lambda-powertools/commons',
   '@aws-lambda-powertools/logger',
+  '@aws-lambda-powertools/metrics',
   '@aws/lambda-invoke-store',
 ];
 
@@ -47,7 +48,7 @@ function misplacedModules(modules: readonly { readonly path: string }[]): string
 }
 
 describe("a job function's bundle carries the runtime it runs and nothing else", () => {
-  it('does not bundle the CLI, the operator store, the schedule checks, other backends or packages beyond the logger into the weekly report', async () => {
+  it('does not bundle the CLI, the operator store, the schedule checks, other backends or packages beyond the Powertools logger and metrics into the weekly report', async () => {
     const { metafile } = await bundleHandler(WEEKLY_REPORT);
     const modules = bundledModules(metafile);
 
