@@ -183,22 +183,43 @@ const COMMANDS: readonly Command[] = [
   },
   {
     path: ['effects', 'resolve'],
-    summary: 'settle an effect in doubt: it went (--mark-done) or run it again (--rerun)',
-    usage: 'slotguard effects resolve --job ID --window T --key HASH (--mark-done | --rerun)',
+    summary:
+      "settle effects in doubt: by the provider's word (--auto), or one: it went (--mark-done), run it again (--rerun)",
+    usage:
+      'slotguard effects resolve --job ID --window T --key HASH (--mark-done | --rerun)\n' +
+      '       slotguard effects resolve --job ID (--window T | --from T --to T) --auto',
     description:
       'An effect in doubt was reserved by a run that died before recording it: the email may or may not\n' +
-      "have gone. Check the provider first (SES sending events for the hash's recipient), then:\n" +
+      "have gone. With the provider's word on record (SES sending events, tagged with the effect), --auto\n" +
+      'settles every effect a finished window (DONE, PARTIAL, STUCK, FAILED) left in doubt:\n' +
+      '  accepted (Send, Delivery, Bounce…)  marked done: no run sends it again\n' +
+      '  rejected (Reject, Rendering Failure)  cleared as --rerun does: the window is reopened and its next\n' +
+      '                                        delivery (or slotguard backfill) sends it, once\n' +
+      '  no word                               left in doubt, listed with how long ago it was reserved\n' +
+      'It prints each effect (hash, outcome, event, message id) and a total line. --from and --to take every\n' +
+      'window the schedule fired in the range instead of one; windows not finished are left to their runs.\n\n' +
+      "Without --auto, for one --key, after checking the provider yourself (SES sending events for the hash's\n" +
+      'recipient):\n' +
       '  --mark-done  it went: record it done; no run will send it again\n' +
       '  --rerun      it did not: clear the reservation (and reopen the slot, with a fresh deadline, if it\n' +
       '               is DONE or PARTIAL) so the next delivery, or slotguard backfill, sends it\n' +
-      "Both are conditioned on the slot's epoch as just read and refused while a run holds a live lease.\n\n" +
-      'Exit code 1 when refused, or when the effect is not in doubt (done, or unknown).',
+      "Every write is conditioned on the slot's epoch as just read and refused while a run holds a live\n" +
+      'lease; a rejected effect of a window split into shards is not re-run.\n\n' +
+      'Exit code 1 when refused, when the effect is not in doubt (done, or unknown), or, with --auto, while\n' +
+      'an effect is left in doubt or was refused, or the --window is not finished.',
     options: {
       ...JOB_OPTIONS,
       window: WINDOW,
       key: { type: 'string', value: 'HASH', help: 'the effect, by the hash `slots show` lists' },
       'mark-done': { type: 'boolean', help: 'the effect happened' },
       rerun: { type: 'boolean', help: 'the effect did not happen: let the next run perform it' },
+      auto: {
+        type: 'boolean',
+        help: "every effect in doubt of finished windows, by the provider's word on its record",
+      },
+      from: { ...RANGE.from, help: 'with --auto: the windows from this time (inclusive)' },
+      to: { ...RANGE.to, help: 'with --auto: to this time (exclusive)' },
+      'rate-start': RANGE['rate-start'],
       deadline: DEADLINE,
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,
