@@ -4,6 +4,7 @@ import { MemoryOperatorStore } from '../../shared/backends/memory/memory-operato
 import type { MemoryTable } from '../../shared/backends/memory/memory-table.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { TEST_SECRET } from '../helpers/harness.js';
+import { describeInDoubtResolverContract } from './in-doubt-resolver-contract.js';
 import { describeOperatorContract } from './operator-contract.js';
 
 const tables: MemoryTable[] = [];
@@ -12,8 +13,11 @@ afterEach(() => {
   for (const table of tables.splice(0)) expect(table.audit.violations).toEqual([]);
 });
 
-describeOperatorContract('in-memory operator store', async () => {
+async function freshBackend() {
   const backend = memoryBackend({ hashKey: hmacEffectKeys(TEST_SECRET) });
   tables.push(backend.table);
   return { ...backend, operator: new MemoryOperatorStore({ table: backend.table }) };
-});
+}
+
+describeOperatorContract('in-memory operator store', freshBackend);
+describeInDoubtResolverContract('in-memory stores', freshBackend);

@@ -11,17 +11,20 @@ export interface OperatorContractBackend {
   readonly operator: OperatorStore;
 }
 
-const T0 = Date.parse('2026-11-30T06:00:05Z');
-const LEASE = 60_000;
+/** When the contracts' first claims are made: five seconds into the first window. */
+export const T0 = Date.parse('2026-11-30T06:00:05Z');
+/** The contracts' lease. */
+export const LEASE = 60_000;
 let slots = 0;
 
-function freshSlot(): Slot {
-  // Distinct windows keep tests independent even on a shared table or schema.
+/** A window no other test of the run uses: distinct windows keep tests independent even on a shared table or schema. */
+export function freshSlot(): Slot {
   const window = new Date(Date.parse('2026-11-30T06:00:00Z') + ++slots * 60_000);
   return { jobId: 'operator-contract', window: `${window.toISOString().slice(0, 19)}Z` };
 }
 
-function lease(owner: string, maxAttempts = 3): LeaseRequest {
+/** A lease request for `owner`, with the job's 6-hour deadline from T0. */
+export function lease(owner: string, maxAttempts = 3): LeaseRequest {
   return {
     owner,
     leaseMs: LEASE,
@@ -32,8 +35,15 @@ function lease(owner: string, maxAttempts = 3): LeaseRequest {
   };
 }
 
-async function claim(store: ClaimStore, slot: Slot, owner: string, now: number): Promise<Claim> {
-  const outcome = await store.claim(slot, lease(owner), now);
+/** `owner` claims `slot` at `now`; anything but a claim fails the test. */
+export async function claim(
+  store: ClaimStore,
+  slot: Slot,
+  owner: string,
+  now: number,
+  maxAttempts = 3,
+): Promise<Claim> {
+  const outcome = await store.claim(slot, lease(owner, maxAttempts), now);
   if (outcome.kind !== 'claimed')
     throw new Error(`expected ${owner} to claim ${slot.window}, got ${outcome.kind}`);
   return outcome.claim;
