@@ -30,6 +30,11 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
         'effect of one --window',
     );
   }
+  if (ctx.values.grace !== undefined) {
+    throw usageError(
+      '--grace is for --auto only (how long the provider may stay silent); with --key, --mark-done or --rerun is your own call',
+    );
+  }
   const keyHash = ctx.text('key')?.toLowerCase();
   if (!keyHash || !KEY_HASH.test(keyHash)) {
     throw usageError(

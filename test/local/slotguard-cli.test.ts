@@ -417,14 +417,30 @@ describe('slotguard effects resolve --auto', () => {
     expect(first.out).toMatch(new RegExp(`${accepted}\\s+marked done\\s+Delivery\\s+0100018f-accepted`));
     expect(first.out).toMatch(new RegExp(`${rejected}\\s+re-run\\s+Reject\\s+-`));
     expect(first.out).toMatch(
-      new RegExp(`${silent}\\s+in doubt\\s+-\\s+-\\s+no word from the provider; reserved 2 h 1 min ago`),
+      new RegExp(
+        `${silent}\\s+in doubt\\s+-\\s+-\\s+no word from the provider, past the 1 h grace; reserved 2 h 1 min ago`,
+      ),
+    );
+    // A finished window is delivered again only by the operator: the output says so, with the command.
+    const backfill =
+      'slotguard backfill --job payment-reminder --from 2026-11-30T06:30:00Z --to 2026-11-30T06:31:00Z';
+    expect(first.out).toContain(
+      '  The window was DONE and is reopened (RELEASED at epoch 2, deadline 2026-11-30T08:46:08Z) for the ' +
+        'rejected effect. Nothing delivers a finished window by itself: deliver it once, once you have decided the ' +
+        `ones with no word below: ${backfill}. `,
+    );
+    // The silent one past the grace is the operator's to decide, and the output says how.
+    const decide =
+      'slotguard effects resolve --job payment-reminder --window 2026-11-30T06:30:00Z --key HASH';
+    expect(first.out).toContain(
+      '  1 effect with no word past the 1 h grace, which --auto never sends again.',
+    );
+    expect(first.out).toContain(`    it went:    ${decide} --mark-done\n`);
+    expect(first.out).toContain(
+      `    it did not: ${decide} --rerun, then deliver the window once: ${backfill} (probably safe`,
     );
     expect(first.out).toContain(
-      'The window was DONE and is reopened (RELEASED at epoch 2, deadline 2026-11-30T08:46:08Z): its next ' +
-        'delivery sends the 1 effect cleared and skips the rest',
-    );
-    expect(first.out).toContain(
-      'total: 1 marked done, 1 to re-run, 1 still in doubt, 0 refused (1 finished window)',
+      'total: 1 marked done, 1 to re-run, 1 still in doubt (1 past the 1 h grace), 0 refused (1 finished window)',
     );
     expect(first.out).not.toMatch(/@|inv-/);
     expect(await ledger.read(w.slot, accepted!)).toMatchObject({ state: 'DONE', epoch: 1 });
@@ -444,11 +460,33 @@ describe('slotguard effects resolve --auto', () => {
       inDoubtKeys: [silent],
     });
 
-    // Nothing new said: a second pass writes nothing and still reports the silent one.
-    const second = await cli(auto(w.slot.window, '--json', ...w.where), w.clock);
+    // Nothing new said: a second pass writes nothing and still reports the silent one, inside a
+    // grace of 3 hours with when to look again, past one of 2 hours.
+    const waiting = await cli(auto(w.slot.window, '--grace', '3h', ...w.where), w.clock);
+    expect(waiting.code).toBe(1);
+    expect(waiting.out).toMatch(
+      new RegExp(
+        `${silent}\\s+in doubt\\s+-\\s+-\\s+no word yet, grace until 2026-11-30T09:30:05Z; reserved`,
+      ),
+    );
+    expect(waiting.out).toContain(
+      "  1 effect with no word yet, inside the 3 h grace: SES's events can be late. Look again after " +
+        '2026-11-30T09:30:05Z: slotguard effects resolve --job payment-reminder --window 2026-11-30T06:30:00Z --auto',
+    );
+    expect(waiting.out).not.toContain('--mark-done');
+    expect(waiting.out).toContain('1 still in doubt (0 past the 3 h grace)');
+    const second = await cli(auto(w.slot.window, '--json', '--grace', '2h', ...w.where), w.clock);
     expect(second.code).toBe(1);
     const report = JSON.parse(second.out);
-    expect(report.totals).toEqual({ markedDone: 0, rerun: 0, inDoubt: 1, refused: 0, movedOn: 0 });
+    expect(report.graceMs).toBe(2 * HOUR);
+    expect(report.totals).toEqual({
+      markedDone: 0,
+      rerun: 0,
+      inDoubt: 1,
+      pastGrace: 1,
+      refused: 0,
+      movedOn: 0,
+    });
     expect(report.windows).toEqual([
       {
         window: '2026-11-30T06:30:00Z',
@@ -465,7 +503,16 @@ describe('slotguard effects resolve --auto', () => {
             epoch: 1,
             reservedAt: '2026-11-30T06:30:05Z',
             waitingMs: w.clock.now() - (at('06:30') + 5_000),
+            graceEndsAt: '2026-11-30T08:30:05Z',
+            pastGrace: true,
           },
+        ],
+        next: [
+          expect.stringMatching(
+            /^1 effect with no word past the 2 h grace, which --auto never sends again\./,
+          ),
+          expect.stringContaining('it went:    slotguard effects resolve'),
+          expect.stringContaining('it did not: slotguard effects resolve'),
         ],
       },
     ]);
@@ -544,7 +591,7 @@ describe('slotguard effects resolve --auto', () => {
     expect(await ledger.read(liveWindow, hash!)).toMatchObject({ state: 'RESERVED' });
   });
 
-  it("marks a split window's accepted effect done and refuses to re-run its rejected one, whose shard has ended", async () => {
+  it("marks a split window's accepted effect done, refuses to re-run its rejected one, whose shard has ended, and offers only --mark-done for its silent one", async () => {
     const clock = new ManualClock(at('06:30') + 30_000);
     const w = await world(clock);
     const { claims, ledger } = w.backend.backend;
@@ -556,15 +603,14 @@ describe('slotguard effects resolve --auto', () => {
     const hashes = await invoiceHashes(w, '06:30');
     const inDoubt = {
       done: 0,
-      inDoubt: 2,
+      inDoubt: 3,
       failed: 0,
-      inDoubtKeys: hashes.slice(0, 2),
+      inDoubtKeys: hashes,
       failedKeys: [],
       runs: 1,
     };
     const s0 = await claimWindow(w, '06:30', at('06:30') + 3_000, 'replica-2/s0', { shard: 0 });
-    for (const hash of hashes.slice(0, 2))
-      await ledger.reserve(s0, hash, { rerunInDoubt: false, now: at('06:30') });
+    for (const hash of hashes) await ledger.reserve(s0, hash, { rerunInDoubt: false, now: at('06:30') });
     await claims.complete(s0, inDoubt, at('06:30') + 4_000);
     await claims.shardFinished(window, 0);
     const s1 = await claimWindow(w, '06:30', at('06:30') + 5_000, 'replica-3/s1', { shard: 1 });
@@ -577,7 +623,7 @@ describe('slotguard effects resolve --auto', () => {
     await ledger.recordProviderWord(window, hashes[0]!, { ...word, outcome: 'accepted', event: 'Send' });
     await ledger.recordProviderWord(window, hashes[1]!, { ...word, outcome: 'rejected', event: 'Reject' });
 
-    const result = await cli(auto(window.window, ...w.where), clock);
+    const result = await cli(auto(window.window, '--grace', '10s', ...w.where), clock);
     expect(result.code).toBe(1);
     expect(result.out).toMatch(new RegExp(`${hashes[0]}\\s+marked done\\s+Send\\s+-\\s+shard 0`));
     expect(result.out).toMatch(
@@ -586,13 +632,25 @@ describe('slotguard effects resolve --auto', () => {
     expect(result.out).toContain(
       'the window is split into 2 shards, and running an effect again needs the shard',
     );
-    expect(result.out).toContain('total: 1 marked done, 0 to re-run, 0 still in doubt, 1 refused');
+    expect(result.out).toMatch(
+      new RegExp(
+        `${hashes[2]}\\s+in doubt\\s+-\\s+-\\s+shard 0, no word from the provider, past the 10 s grace`,
+      ),
+    );
+    expect(result.out).toContain(
+      '    it went:    slotguard effects resolve --job payment-reminder --window 2026-11-30T06:30:00Z --key HASH --mark-done\n' +
+        '    it did not: not from here yet: the window is split into 2 shards, and running an effect again needs',
+    );
+    expect(result.out).toContain(
+      'total: 1 marked done, 0 to re-run, 1 still in doubt (1 past the 10 s grace), 1 refused',
+    );
     expect(await ledger.read(window, hashes[0]!)).toMatchObject({ state: 'DONE', shard: 0 });
     expect(await ledger.read(window, hashes[1]!)).toMatchObject({ state: 'RESERVED', shard: 0 });
-    expect(await claims.read(window)).toMatchObject({ state: 'DONE', summary: { done: 1, inDoubt: 1 } });
+    expect(await ledger.read(window, hashes[2]!)).toMatchObject({ state: 'RESERVED', shard: 0 });
+    expect(await claims.read(window)).toMatchObject({ state: 'DONE', summary: { done: 1, inDoubt: 2 } });
   });
 
-  it('refuses --auto with --mark-done, --rerun or --key, and a range without --auto, naming the flags', async () => {
+  it('refuses --auto with --mark-done, --rerun or --key, a range or --grace without --auto, and a --grace it cannot read, naming the flags', async () => {
     const window = ['--job', 'payment-reminder', '--window', '2026-11-30T06:30:00Z'];
     const both = await cli(['effects', 'resolve', '--auto', '--rerun', '--key', 'abcdef12', ...window]);
     expect(both.code).toBe(2);
@@ -602,9 +660,16 @@ describe('slotguard effects resolve --auto', () => {
     expect(neither.err).toContain(
       '--auto resolves the finished windows of --window T, or of --from T --to T',
     );
-    const ranged = await cli(['effects', 'resolve', ...window, '--from', 'now-1d', '--key', 'abcdef12']);
+    const byHand = ['effects', 'resolve', ...window, '--key', 'abcdef12'];
+    const ranged = await cli([...byHand, '--from', 'now-1d']);
     expect(ranged.code).toBe(2);
     expect(ranged.err).toContain('--from select windows for --auto only');
+    const grace = await cli([...byHand, '--rerun', '--grace', '2h']);
+    expect(grace.code).toBe(2);
+    expect(grace.err).toContain('--grace is for --auto only');
+    const badGrace = await cli([...auto('2026-11-30T06:30:00Z'), '--grace', 'an hour']);
+    expect(badGrace.code).toBe(2);
+    expect(badGrace.err).toContain('--grace is "an hour"; give a whole number and a unit');
   });
 });
 
