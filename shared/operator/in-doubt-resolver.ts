@@ -132,8 +132,9 @@ export interface ResolveWindowInDoubtArgs {
  * - accepted: marked done through the operator port (fenced on the window's epoch as read, and on
  *   that exact reservation), which also moves it from in doubt to done in the window's summary;
  * - rejected: with ResolverScope.All, cleared through the operator port as `effects resolve --rerun`
- *   does (a DONE or PARTIAL window is reopened; its next delivery sends it, once); refused for a
- *   window split into shards, whose finished shards would stand down without sending it. With
+ *   does (a DONE or PARTIAL window is reopened; its next delivery sends it, once: nothing delivers
+ *   a finished window by itself, so the caller says how to); refused for a window split into
+ *   shards, whose finished shards would stand down without sending it. With
  *   ResolverScope.ConfirmOnly, left and reported;
  * - no word: left in doubt, reported with its reservation time. Nothing is sent again without a word:
  *   re-sending after a grace period is the window's runs' policy, not the resolver's.
@@ -279,10 +280,13 @@ function logResult(log: Log, slot: Slot, by: string, effect: InDoubtEffectResult
       });
       return;
     case InDoubtOutcome.Rerun:
-      log.info("in-doubt effect rejected by the provider: cleared, the window's next run sends it", {
-        ...fields,
-        event: word?.event,
-      });
+      log.info(
+        "in-doubt effect rejected by the provider: cleared, sent by the window's next run once the window is delivered",
+        {
+          ...fields,
+          event: word?.event,
+        },
+      );
       return;
     case InDoubtOutcome.Rejected:
       log.warn('in-doubt effect rejected by the provider: left for slotguard effects resolve --auto', {

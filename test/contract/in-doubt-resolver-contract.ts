@@ -117,7 +117,7 @@ export function describeInDoubtResolverContract(
         ],
         [
           'info',
-          "in-doubt effect rejected by the provider: cleared, the window's next run sends it",
+          "in-doubt effect rejected by the provider: cleared, sent by the window's next run once the window is delivered",
           { window: slot.window, keyHash: 'bb02', epoch: 1, by: 'operator', event: 'Reject' },
         ],
       ]);
