@@ -35,6 +35,12 @@ export const MetricName = {
   EffectInDoubtFound: 'EffectInDoubtFound',
   /** An in-doubt effect the provider's word confirmed it accepted: recorded done, not sent again. */
   InDoubtConfirmed: 'InDoubtConfirmed',
+  /**
+   * An effect still in doubt when its window finished (counted in EffectInDoubt then) that the
+   * provider's word, arriving later, confirmed: recorded done by the watchdog. Many of these mean the
+   * grace period is shorter than the provider's events take to arrive. Not alarmed.
+   */
+  InDoubtConfirmedLate: 'InDoubtConfirmedLate',
   /** An in-doubt effect the provider said it did not accept (SES Reject): due for a retry. */
   InDoubtRejected: 'InDoubtRejected',
   /** An in-doubt effect with no word past the grace period, sent again by the job's opt-in policy. */

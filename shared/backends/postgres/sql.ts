@@ -705,11 +705,12 @@ export function sqlFor(schema: string) {
 
     /*
      * Timeline of the slot's note after an effect is resolved (t3, when the slot is not reopened):
-     * fenced on the epoch the guard locked, so it always matches inside that transaction.
-     * $1 job, $2 window, $3 expected epoch, $4 action.
+     * fenced on the epoch the guard locked, so it always matches inside that transaction. An effect
+     * marked done on a finished window also moves from in doubt to done in its summary ($5).
+     * $1 job, $2 window, $3 expected epoch, $4 action, $5 the summary counted again (JSON) or NULL.
      */
     noteOperatorAction: `
-      UPDATE ${slots} SET operator_action = $4
+      UPDATE ${slots} SET operator_action = $4, summary = COALESCE($5::jsonb, summary)
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
       RETURNING epoch`,
 
