@@ -135,7 +135,11 @@ function workQueueUrlOf(env: Env): string | undefined {
   return raw;
 }
 
-function dynamoBackendFromEnvironment(
+/**
+ * The DynamoDB backend SLOTGUARD_TABLE_NAME (and DYNAMODB_ENDPOINT) name, the table checked now,
+ * connected on first use; the SES event recorder builds its ledger with it too.
+ */
+export function dynamoBackendFromEnvironment(
   env: Env,
   context: EnvironmentBackendContext,
   retentionDays: number,

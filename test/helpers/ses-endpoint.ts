@@ -2,8 +2,12 @@ import { createServer } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { SESv2Client } from '@aws-sdk/client-sesv2';
 
-/** How the endpoint answers a request: an HTTP error as SES sends it, or a reset connection. */
+/**
+ * How the endpoint answers a request: `accept` as SES accepts a SendEmail (200 and a message id,
+ * the request kept in `accepted`), an HTTP error as SES sends it, or a reset connection.
+ */
 export type SesAnswer =
+  | 'accept'
   | {
       readonly status: number;
       /** The error code, in the `x-amzn-ErrorType` header as AWS's REST-JSON services send it. */
@@ -11,6 +15,17 @@ export type SesAnswer =
       readonly message: string;
     }
   | 'reset-after-request';
+
+/** One SendEmail the endpoint accepted, as SES would have it: what its events are built from. */
+export interface AcceptedSend {
+  readonly messageId: string;
+  /** When it arrived (ISO 8601), by the system clock. */
+  readonly timestamp: string;
+  /** The first To address. */
+  readonly to: string;
+  readonly tags: readonly { readonly Name: string; readonly Value: string }[];
+  readonly configurationSet: string | undefined;
+}
 
 /**
  * A loopback HTTP server that answers SES v2 API calls with the bytes SES would send for an error,
@@ -20,6 +35,8 @@ export type SesAnswer =
 export interface SesEndpoint {
   /** Requests received in full (the body read). */
   readonly requests: number;
+  /** Every SendEmail accepted while the answer was `accept`, in order. */
+  readonly accepted: readonly AcceptedSend[];
   /** Sets the answer to every request from now on. */
   answerWith(answer: SesAnswer): void;
   /** An SES v2 client pointed at this endpoint, SDK retries off as in production. */
@@ -31,11 +48,23 @@ export interface SesEndpoint {
 export async function startSesEndpoint(): Promise<SesEndpoint> {
   let answer: SesAnswer = { status: 500, errorType: 'InternalFailure', message: 'not set up' };
   let requests = 0;
+  const accepted: AcceptedSend[] = [];
   const sockets = new Set<Socket>();
   const server = createServer((request, response) => {
-    request.resume();
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
       requests++;
+      if (answer === 'accept') {
+        const send = acceptedSend(Buffer.concat(chunks).toString('utf8'), requests);
+        accepted.push(send);
+        response.writeHead(200, {
+          'content-type': 'application/json',
+          'x-amzn-requestid': `request-${requests}`,
+        });
+        response.end(JSON.stringify({ MessageId: send.messageId }));
+        return;
+      }
       if (answer === 'reset-after-request') {
         // SES has the whole request and may have acted on it; the reply never comes.
         request.socket.resetAndDestroy();
@@ -59,6 +88,7 @@ export async function startSesEndpoint(): Promise<SesEndpoint> {
     get requests() {
       return requests;
     },
+    accepted,
     answerWith(next) {
       answer = next;
     },
@@ -74,5 +104,21 @@ export async function startSesEndpoint(): Promise<SesEndpoint> {
         for (const socket of sockets) socket.destroy();
         server.close(() => resolve());
       }),
+  };
+}
+
+/** A SendEmail request body (SES v2, REST-JSON) as the endpoint keeps it. */
+function acceptedSend(body: string, n: number): AcceptedSend {
+  const request = JSON.parse(body) as {
+    Destination?: { ToAddresses?: string[] };
+    EmailTags?: { Name: string; Value: string }[];
+    ConfigurationSetName?: string;
+  };
+  return {
+    messageId: `0102019${String(n).padStart(6, '0')}-local-ses-000000`,
+    timestamp: new Date().toISOString(),
+    to: request.Destination?.ToAddresses?.[0] ?? '',
+    tags: request.EmailTags ?? [],
+    configurationSet: request.ConfigurationSetName,
   };
 }
