@@ -22,6 +22,7 @@ import { describe, JOB_ID_PATTERN, MAX_SHARDS, windowOf } from '../shared/slot/s
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
 import type { ClaimsBackend } from './claims-backend.js';
 import { CLOUDWATCH_ALARM_LIMITS } from './cloudwatch-limits.js';
+import { deadLetterArrivals } from './dead-letter-arrivals.js';
 import { sharedEffectKeySecret } from './effect-key-secret.js';
 import { locateHandlerEntry } from './handler-entry.js';
 import { InfraValidationError } from './infra-validation-error.js';
@@ -551,29 +552,11 @@ export class ScheduledJob extends Construct {
   }
 
   /**
-   * New arrivals in the dead-letter queue, per 5 minutes: how much the queue's depth rose. The
-   * depth alone would stay in ALARM while the first dead letter sits, so a second would page nobody.
-   *
-   * Why not NumberOfMessagesSent: SQS counts SendMessage calls there, and a message the work queue's
-   * redrive policy moves after `maxReceiveCount` receives is not sent, so the likeliest dead letter
-   * would never count. ApproximateNumberOfMessagesVisible counts every message however it arrived
-   * (a redrive, Scheduler's or Lambda's dead-letter delivery, a manual send). Its Maximum over 5
-   * minutes rides out an operator inspecting the queue (that hides messages for the visibility
-   * timeout, then they come back); NotVisible is left out because it can read 1 for an empty queue.
-   * FILL(…, 0): SQS stops reporting an empty, idle queue, and the first arrival must still be a rise.
+   * New arrivals in the dead-letter queue, per 5 minutes: how much the queue's depth rose (see
+   * deadLetterArrivals for why the rise of the depth, and not the depth or the messages sent).
    */
   metricDeadLetterArrivals(): cloudwatch.MathExpression {
-    return new cloudwatch.MathExpression({
-      expression: 'DIFF(FILL(depth, 0))',
-      usingMetrics: {
-        depth: this.deadLetterQueue.metricApproximateNumberOfMessagesVisible({
-          period: ALARM_PERIOD,
-          statistic: cloudwatch.Stats.MAXIMUM,
-        }),
-      },
-      period: ALARM_PERIOD,
-      label: 'dead letters arrived',
-    });
+    return deadLetterArrivals(this.deadLetterQueue, ALARM_PERIOD);
   }
 
   private createAlarms(props: ScheduledJobProps): ScheduledJobAlarms {

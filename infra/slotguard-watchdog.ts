@@ -13,6 +13,7 @@ import type { WatchdogEvent } from '../shared/watchdog/watchdog-event.js';
 import type { ClaimsBackend } from './claims-backend.js';
 import { runtimeModulePath } from './package-source.js';
 import { ALARM_PAGING } from './paging.js';
+import { onePerStackAndBackend, type PerBackendRegistry } from './per-backend.js';
 import { grantNetworkInterfaces, slotguardBundling, slotguardVpcPlacement } from './slotguard-function.js';
 
 /**
@@ -76,7 +77,7 @@ export interface SlotguardWatchdogProps {
 }
 
 /** The one watchdog per stack and claims backend, keyed by the backend. */
-const watchdogsByStack = new WeakMap<Stack, Map<ClaimsBackend, SlotguardWatchdog>>();
+const watchdogsByStack: PerBackendRegistry<SlotguardWatchdog> = new WeakMap();
 
 /**
  * The watchdog: one small Lambda per stack and claims backend, invoked every 15 minutes per job by
@@ -101,14 +102,13 @@ export class SlotguardWatchdog extends Construct {
     claims: ClaimsBackend,
     props: Omit<SlotguardWatchdogProps, 'claims'> = {},
   ): SlotguardWatchdog {
-    const stack = Stack.of(scope);
-    const watchdogs = watchdogsByStack.get(stack) ?? new Map<ClaimsBackend, SlotguardWatchdog>();
-    watchdogsByStack.set(stack, watchdogs);
-    const existing = watchdogs.get(claims);
-    if (existing) return existing;
-    const watchdog = new SlotguardWatchdog(stack, watchdogId(stack, claims), { ...props, claims });
-    watchdogs.set(claims, watchdog);
-    return watchdog;
+    return onePerStackAndBackend(
+      watchdogsByStack,
+      scope,
+      claims,
+      'Watchdog',
+      (stack, id) => new SlotguardWatchdog(stack, id, { ...props, claims }),
+    );
   }
 
   /** The watchdog's Lambda function. */
@@ -240,18 +240,6 @@ export class SlotguardWatchdog extends Construct {
 function lookbackHours(job: WatchedJob): number {
   const pastDeadlineHours = Math.ceil((job.deadline.toSeconds() + job.grace.toSeconds()) / 3600) + 24;
   return Math.max(WATCHDOG_MIN_LOOKBACK_HOURS, pastDeadlineHours);
-}
-
-/** `ClaimsTableWatchdog` for a backend whose construct id is `ClaimsTable`, unique in the stack. */
-function watchdogId(stack: Stack, claims: ClaimsBackend): string {
-  const base = `${isConstruct(claims) ? claims.node.id : 'Claims'}Watchdog`;
-  let id = base;
-  for (let n = 2; stack.node.tryFindChild(id); n++) id = `${base}${n}`;
-  return id;
-}
-
-function isConstruct(value: object): value is IConstruct {
-  return 'node' in value && value.node !== undefined;
 }
 
 /**
