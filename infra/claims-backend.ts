@@ -30,6 +30,13 @@ export interface ClaimsBackend {
    * Called once per job a function watches, so one function may read several jobs' records.
    */
   bindReader(fn: lambda.Function, jobId: string): void;
+  /**
+   * Gives `fn` the one write of the SES event recorder on job `jobId`'s effect records (the
+   * provider's word, conditioned on the record; a read back when the condition fails) and nothing
+   * else of the job's, and sets the variables the runtime reads to find the store. Called once per
+   * job a function records for, so one function may write several jobs' words.
+   */
+  bindProviderWords(fn: lambda.Function, jobId: string): void;
 }
 
 /** What a claims backend needs the job's function to be created with. */
