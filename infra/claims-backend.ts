@@ -13,7 +13,7 @@ export interface ClaimsBackend {
    * its bundle are fixed at creation, and `bind` or `bindReader` comes after. ScheduledJob asks for
    * its job's function, passing the job (`spec`): the place to check the job against the
    * backend's limits, throwing an InfraValidationError naming `scope` (the ScheduledJob) and the
-   * prop. The watchdog asks for its own function with no `spec`.
+   * prop. The watchdog and the SES event recorder ask for their own functions with no `spec`.
    *
    * Optional: a backend without it (ClaimsTable) gets functions outside any VPC, bundled from the
    * handler entry alone.

@@ -14,12 +14,7 @@ import { JOB_ID_PATTERN } from '../slot/slot.js';
 import { jsonLog } from '../telemetry/log.js';
 import { emfMetrics } from '../telemetry/metrics.js';
 import { createSesEventRecorder, type ProviderWordLedger } from './ses-event-recorder.js';
-
-/** The variables of the SES event recorder's function beyond the claims backend's, set by SesEventRecorder. */
-export const SesEventsEnv = {
-  /** The jobs whose SES events the function records, comma-separated: each has a rule that targets it. */
-  jobIds: 'SLOTGUARD_RECORDED_JOBS',
-} as const;
+import { SesEventsEnv } from './ses-events-env.js';
 
 /** The log name of what the recorder logs about an event that names none of its jobs. */
 const RECORDER_LOG_NAME = 'ses-events';

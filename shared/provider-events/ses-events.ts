@@ -75,6 +75,26 @@ export const SETTLING_SES_EVENTS: readonly SesEventType[] = [
 /** The source EventBridge gives SES's events (no PutEvents caller may use an `aws.` source). */
 export const SES_EVENT_SOURCE = 'aws.ses';
 
+/** An EventBridge event pattern matching one job's settling SES events, as EventBridge spells it. */
+export interface SesEventPattern {
+  readonly source: readonly string[];
+  readonly 'detail-type': readonly string[];
+  readonly detail: { readonly mail: { readonly tags: Readonly<Record<string, readonly string[]>> } };
+}
+
+/**
+ * The pattern of the rule that hands job `jobId`'s SES events to its recorder: SES's own source,
+ * which no PutEvents caller may use; the detail types of SETTLING_SES_EVENTS; and the message's
+ * `slotguard-job` tag, which SES's event carries in `mail.tags` as a list of values.
+ */
+export function sesEventPattern(jobId: string): SesEventPattern {
+  return {
+    source: [SES_EVENT_SOURCE],
+    'detail-type': SETTLING_SES_EVENTS.map((type) => SES_DETAIL_TYPES[type]),
+    detail: { mail: { tags: { [EffectTag.jobId]: [jobId] } } },
+  };
+}
+
 /** Why an SES event settles nothing. */
 export const IgnoredBecause = {
   /** The message carries no `slotguard-job` tag: not a slotguard effect. */

@@ -7,9 +7,9 @@ import {
   type ProviderWordLedger,
 } from '../../shared/provider-events/ses-event-recorder.js';
 import { SesEventType } from '../../shared/provider-events/ses-events.js';
+import { SesEventsEnv } from '../../shared/provider-events/ses-events-env.js';
 import {
   providerWordLedgerFromEnvironment,
-  SesEventsEnv,
   sesEventRecorderFromEnvironment,
 } from '../../shared/provider-events/ses-events-environment.js';
 import type { Claim } from '../../shared/slot/ports.js';
