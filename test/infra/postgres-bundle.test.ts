@@ -6,13 +6,13 @@ import { App, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type { IConstruct } from 'constructs';
-import * as esbuild from 'esbuild';
+import type * as esbuild from 'esbuild';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ClaimsTable } from '../../infra/claims-table.js';
-import { SOURCE_CONDITION } from '../../infra/package-source.js';
 import { POSTGRES_RUNTIME_MODULE, PostgresClaims, PostgresEndpoint } from '../../infra/postgres-claims.js';
 import { ScheduledJob } from '../../infra/scheduled-job.js';
 import { resolvedEnvironment } from '../helpers/deployed-environment.js';
+import { bundleHandler } from '../helpers/handler-bundle.js';
 import { jobSpec, REPOSITORY_ROOT } from './fixtures.js';
 
 const HANDLER = join(REPOSITORY_ROOT, 'functions/weekly-report/handler.ts');
@@ -37,35 +37,11 @@ function pgPackages(metafile: esbuild.Metafile): string[] {
   return [...new Set(names)].sort();
 }
 
-/**
- * Bundles the weekly report's handler with esbuild's JS API and the options ScheduledJob gives
- * NodejsFunction (infra/scheduled-job.ts): one minified ESM file for Node 24, AWS SDK v3 left to the
- * runtime, the createRequire banner. `inject` is what a claims backend adds (PostgresClaims: the
- * Postgres runtime module).
- */
+/** The weekly report's handler bundled as ScheduledJob bundles it; `inject` is what a claims backend adds. */
 async function bundleWeeklyReport(inject: string[] = []) {
   const started = performance.now();
-  const result = await esbuild.build({
-    entryPoints: [HANDLER],
-    bundle: true,
-    write: false,
-    platform: 'node',
-    target: 'node24',
-    format: 'esm',
-    minify: true,
-    mainFields: ['module', 'main'],
-    // As ScheduledJob bundles in this repository: `slotguard` from its sources.
-    conditions: [SOURCE_CONDITION],
-    external: ['@aws-sdk/*'],
-    banner: {
-      js: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
-    },
-    inject,
-    metafile: true,
-    logLevel: 'silent',
-  });
-  const code = result.outputFiles[0]!.text;
-  return { code, bytes: Buffer.byteLength(code), ms: performance.now() - started, metafile: result.metafile };
+  const bundle = await bundleHandler(HANDLER, { inject });
+  return { ...bundle, ms: performance.now() - started };
 }
 
 describe("a DynamoDB-only handler's bundle never carries pg", () => {
