@@ -105,3 +105,24 @@ export function sesEvent(eventType: SesEventType, message: SesMessage): Record<s
     detail: { eventType, mail, ...own[eventType] },
   };
 }
+
+/**
+ * Whether EventBridge would hand `event` to a rule with `pattern`, for the part of the pattern
+ * language slotguard's rules use: a list of values a field must equal one of (any element, for a
+ * field that is itself a list), and objects nested field by field. Any other form in the pattern
+ * throws, so a rule that starts using one cannot pass here unread.
+ */
+export function matchesEventPattern(pattern: unknown, event: unknown): boolean {
+  if (typeof pattern !== 'object' || pattern === null || Array.isArray(pattern)) {
+    throw new Error(`an event pattern must be an object of fields, got ${JSON.stringify(pattern)}`);
+  }
+  const fields = typeof event === 'object' && event !== null ? (event as Record<string, unknown>) : {};
+  return Object.entries(pattern).every(([name, wanted]) => {
+    const value = fields[name];
+    if (!Array.isArray(wanted)) return matchesEventPattern(wanted, value);
+    if (wanted.some((w) => typeof w !== 'string')) {
+      throw new Error(`only lists of exact strings are read here, got ${JSON.stringify(wanted)} at ${name}`);
+    }
+    return [value].flat().some((v) => wanted.includes(v));
+  });
+}
