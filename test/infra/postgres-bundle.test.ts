@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { App, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import type { IConstruct } from 'constructs';
 import type * as esbuild from 'esbuild';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ClaimsTable } from '../../infra/claims-table.js';
@@ -83,32 +84,38 @@ describe('NodejsFunction bundles, as ScheduledJob configures it', () => {
   }
   let dynamo: Bundled;
   let postgres: Bundled;
+  let postgresRecorder: Bundled;
   let synthMs: number;
 
-  /** Synthesises `build`'s stack with bundling and returns the one job function's bundle and environment. */
-  function synthesise(build: (stack: Stack) => ScheduledJob): Bundled {
+  /**
+   * Synthesises `build`'s stack with bundling and returns the bundle and environment of the one job
+   * function and of the stack's SES event recorder.
+   */
+  function synthesise(build: (stack: Stack) => ScheduledJob): { job: Bundled; recorder: Bundled } {
     const app = new App({ outdir: mkdtempSync(join(tmpdir(), 'slotguard-pg-bundle-')) });
     const stack = new Stack(app, 'Bundles');
     const job = build(stack);
     const assembly = app.synth();
     const template = assembly.getStackArtifact(stack.artifactId).template;
-    const logicalId = stack.resolve(stack.getLogicalId(job.function.node.defaultChild as never)) as string;
-    const fn = template.Resources[logicalId].Properties;
-    const path = join(
-      assembly.directory,
-      `asset.${String(fn.Code.S3Key).replace(/\.zip$/, '')}`,
-      'index.mjs',
-    );
-    const variables = fn.Environment.Variables as Record<string, unknown>;
-    const environment = resolvedEnvironment(variables);
-    return { code: readFileSync(path, 'utf8'), path, environment };
+    const bundled = (construct: IConstruct): Bundled => {
+      const logicalId = stack.resolve(stack.getLogicalId(construct.node.defaultChild as never)) as string;
+      const fn = template.Resources[logicalId].Properties;
+      const path = join(
+        assembly.directory,
+        `asset.${String(fn.Code.S3Key).replace(/\.zip$/, '')}`,
+        'index.mjs',
+      );
+      const variables = fn.Environment.Variables as Record<string, unknown>;
+      return { code: readFileSync(path, 'utf8'), path, environment: resolvedEnvironment(variables) };
+    };
+    return { job: bundled(job.function), recorder: bundled(job.sesEventRecorder!.function) };
   }
 
   beforeAll(() => {
     // If bundling ever fell back to Docker, it would run this command and fail.
     process.env.CDK_DOCKER = join(tmpdir(), 'slotguard-docker-must-not-run');
     const started = performance.now();
-    dynamo = synthesise(
+    ({ job: dynamo } = synthesise(
       (stack) =>
         new ScheduledJob(stack, 'job', {
           job: jobSpec({ entry: 'functions/weekly-report/handler.ts' }),
@@ -116,8 +123,8 @@ describe('NodejsFunction bundles, as ScheduledJob configures it', () => {
           ses: SES,
           projectRoot: REPOSITORY_ROOT,
         }),
-    );
-    postgres = synthesise((stack) => {
+    ));
+    ({ job: postgres, recorder: postgresRecorder } = synthesise((stack) => {
       const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
         vpcId: 'vpc-0123456789abcdef0',
         availabilityZones: ['eu-west-1a'],
@@ -142,7 +149,7 @@ describe('NodejsFunction bundles, as ScheduledJob configures it', () => {
         ses: SES,
         projectRoot: REPOSITORY_ROOT,
       });
-    });
+    }));
     synthMs = performance.now() - started;
     console.info(`two stacks synthesised with bundling in ${Math.round(synthMs)} ms`);
   });
@@ -183,16 +190,23 @@ describe('NodejsFunction bundles, as ScheduledJob configures it', () => {
     );
   });
 
-  it('loads the Postgres bundle with its environment: the injected module registered the backend before the handler was built', () => {
-    // The runtime's CA bundle exists only in Lambda; Node would warn that it cannot load it.
-    const { NODE_EXTRA_CA_CERTS: _, ...environment } = postgres.environment;
-    expect(environment.SLOTGUARD_BACKEND).toBe('postgres');
+  it.each([
+    ['job', () => postgres],
+    ['SES event recorder', () => postgresRecorder],
+  ])(
+    'loads the Postgres %s bundle with its environment: the injected module registered the backend before the handler was built',
+    (_, bundle) => {
+      // The runtime's CA bundle exists only in Lambda; Node would warn that it cannot load it.
+      const { NODE_EXTRA_CA_CERTS: _ca, ...environment } = bundle().environment;
+      expect(environment.SLOTGUARD_BACKEND).toBe('postgres');
+      for (const marker of Object.values(PG_CODE)) expect(bundle().code).toContain(marker);
 
-    const loaded = load(postgres, environment);
+      const loaded = load(bundle(), environment);
 
-    expect(loaded.status, errorLines(loaded.stderr)).toBe(0);
-    expect(loaded.stdout.trim()).toBe('function');
-  });
+      expect(loaded.status, errorLines(loaded.stderr)).toBe(0);
+      expect(loaded.stdout.trim()).toBe('function');
+    },
+  );
 
   it('refuses, at cold start and with the fix, a DynamoDB bundle deployed with SLOTGUARD_BACKEND=postgres', () => {
     const loaded = load(dynamo, { ...dynamo.environment, SLOTGUARD_BACKEND: 'postgres' });
