@@ -37,6 +37,16 @@ export interface ClaimsBackend {
    * job a function records for, so one function may write several jobs' words.
    */
   bindProviderWords(fn: lambda.Function, jobId: string): void;
+  /**
+   * Gives `fn` what the watchdog needs to confirm job `jobId`'s in-doubt effects that the provider
+   * accepted after their window finished (a watchdog event's `confirmInDoubt`): reads of the
+   * window's slot and effect records and the fenced writes that record an effect done. Called once
+   * per job whose events the watchdog records.
+   *
+   * Optional: a backend without it has its watchdog leave late words to `slotguard effects resolve
+   * --auto`.
+   */
+  bindInDoubtConfirmer?(fn: lambda.Function, jobId: string): void;
 }
 
 /** What a claims backend needs the job's function to be created with. */

@@ -57,6 +57,17 @@ export const CLAIMS_TABLE_READER_ACTIONS = ['dynamodb:GetItem'] as const;
 export const CLAIMS_TABLE_PROVIDER_WORD_ACTIONS = ['dynamodb:UpdateItem', 'dynamodb:GetItem'] as const;
 
 /**
+ * What the watchdog does to confirm a finished window's in-doubt effects from the provider's word:
+ * GetItem of the slot record, a Query of the window's effect items, and the conditional UpdateItems
+ * that record an accepted effect done and take it off the window's summary. No Put, no Delete.
+ */
+export const CLAIMS_TABLE_IN_DOUBT_CONFIRMER_ACTIONS = [
+  'dynamodb:GetItem',
+  'dynamodb:Query',
+  'dynamodb:UpdateItem',
+] as const;
+
+/**
  * The DynamoDB table that holds every job's slot claims and effect ledger (layout in
  * shared/backends/dynamodb/table-layout.ts), one table shared by any number of jobs.
  *
@@ -145,6 +156,22 @@ export class ClaimsTable extends Construct implements ClaimsBackend {
   /** Grants `fn` the provider's word on job `jobId`'s effect records and tells the runtime the table's name. */
   bindProviderWords(fn: lambda.Function, jobId: string): void {
     this.grantProviderWords(fn, jobId);
+    fn.addEnvironment(RuntimeEnv.tableName, this.table.tableName);
+  }
+
+  /**
+   * Grants `grantee` the watchdog's confirmation of in-doubt effects (GetItem, Query and UpdateItem)
+   * on the items of job `jobId`, and of every job passed before for the same grantee, in one
+   * statement as grantSlotReads does.
+   */
+  grantInDoubtConfirmations(grantee: iam.IGrantable, jobId: string): iam.Grant {
+    this.checkGrantJobId('grantInDoubtConfirmations', jobId);
+    return this.grantPerJob(grantee, CLAIMS_TABLE_IN_DOUBT_CONFIRMER_ACTIONS, jobId);
+  }
+
+  /** Grants `fn` the watchdog's confirmation of job `jobId`'s in-doubt effects. */
+  bindInDoubtConfirmer(fn: lambda.Function, jobId: string): void {
+    this.grantInDoubtConfirmations(fn, jobId);
     fn.addEnvironment(RuntimeEnv.tableName, this.table.tableName);
   }
 

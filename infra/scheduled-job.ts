@@ -546,6 +546,7 @@ export class ScheduledJob extends Construct {
       grace,
       ...(props.watchedSince ? { watchedSince: this.validateWatchedSince(props.watchedSince) } : {}),
       ...(props.alarmActions ? { alarmActions: props.alarmActions } : {}),
+      confirmInDoubt: this.sesConfigurationSet !== undefined,
     });
 
     if (this.sesConfigurationSet) {

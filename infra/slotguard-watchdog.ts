@@ -52,6 +52,13 @@ export interface WatchedJob {
    * @default none
    */
   readonly alarmActions?: readonly cloudwatch.IAlarmAction[];
+  /**
+   * The job's provider words are recorded (SES events): each watchdog run also records done the
+   * effects of its finished windows that the provider accepted after they finished, where the
+   * claims backend can grant that (`bindInDoubtConfirmer`).
+   * @default false
+   */
+  readonly confirmInDoubt?: boolean;
 }
 
 /** Props of a `SlotguardWatchdog`. */
@@ -129,6 +136,8 @@ export class SlotguardWatchdog extends Construct {
    */
   watch(scope: Construct, job: WatchedJob): scheduler.Schedule {
     this.claims.bindReader(this.function, job.jobId);
+    const confirmInDoubt = job.confirmInDoubt === true && this.claims.bindInDoubtConfirmer !== undefined;
+    if (confirmInDoubt) this.claims.bindInDoubtConfirmer?.(this.function, job.jobId);
     const input: WatchdogEvent = {
       kind: 'watchdog',
       jobId: job.jobId,
@@ -137,6 +146,7 @@ export class SlotguardWatchdog extends Construct {
       graceSeconds: job.grace.toSeconds(),
       lookbackHours: lookbackHours(job),
       ...(job.watchedSince ? { notBefore: job.watchedSince.toISOString() } : {}),
+      ...(confirmInDoubt ? { confirmInDoubt: true } : {}),
     };
     const schedule = new scheduler.Schedule(scope, 'WatchdogSchedule', {
       description: `slotguard watchdog of job ${job.jobId}`,

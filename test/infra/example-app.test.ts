@@ -264,6 +264,8 @@ describe('the example app, synthesised', () => {
         graceSeconds: 900,
         lookbackHours: 48,
         notBefore: '2026-12-01T00:00:00.000Z',
+        // Both jobs' SES events are recorded: the watchdog records late acceptances done.
+        confirmInDoubt: true,
       });
     }
     // The jobs', the watchdog's and the SES event recorder's.
@@ -355,7 +357,7 @@ describe('the example app: IAM', () => {
     }
   });
 
-  it("lets the watchdog GetItem the app's jobs' slot records and nothing else", () => {
+  it("lets the watchdog GetItem the app's jobs' slot records, and confirm their in-doubt effects, and nothing else", () => {
     const watchdog = built.jobs[0]!.watchdog;
     const policy =
       template.toJSON().Resources[logicalIdOf(watchdog.function.role!.node.findChild('DefaultPolicy'))];
@@ -368,6 +370,14 @@ describe('the example app: IAM', () => {
       {
         Effect: 'Allow',
         Action: 'dynamodb:GetItem',
+        Resource: { 'Fn::GetAtt': [logicalIdOf(built.claims.table), 'Arn'] },
+        Condition: {
+          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['weekly-report#*', 'payment-reminder#*'] },
+        },
+      },
+      {
+        Effect: 'Allow',
+        Action: ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:UpdateItem'],
         Resource: { 'Fn::GetAtt': [logicalIdOf(built.claims.table), 'Arn'] },
         Condition: {
           'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['weekly-report#*', 'payment-reminder#*'] },

@@ -202,6 +202,43 @@ describe("ScheduledJob with ses: SES's events recorded onto the effect records",
   });
 });
 
+describe('the watchdog confirms late acceptances of the jobs whose SES events are recorded', () => {
+  /** The watchdog schedule's event for `job`. */
+  function watchdogEventOf(job: ScheduledJob): Record<string, unknown> {
+    return JSON.parse(resourceOf(job.watchdogSchedule).Properties.Target.Input);
+  }
+
+  it('asks confirmInDoubt of the recording job alone, and may Query and UpdateItem only that job’s items', () => {
+    const stack = stackWithoutBundling();
+    const recording = addJob(stack, { id: 'weekly-report' });
+    const silent = addJob(stack, { id: 'payment-reminder' }, { ses: { ...SES, recordEvents: false } });
+    const claims = stack.node.findChild('Claims') as ClaimsTable;
+
+    expect(watchdogEventOf(recording)).toMatchObject({ jobId: 'weekly-report', confirmInDoubt: true });
+    expect(watchdogEventOf(silent)).toMatchObject({ jobId: 'payment-reminder' });
+    expect(watchdogEventOf(silent)).not.toHaveProperty('confirmInDoubt');
+    const dynamodb = statementsOf(recording.watchdog.function).filter((s) =>
+      JSON.stringify(s.Action).includes('dynamodb:'),
+    );
+    expect(dynamodb).toEqual([
+      {
+        Effect: 'Allow',
+        Action: 'dynamodb:GetItem',
+        Resource: { 'Fn::GetAtt': [logicalIdOf(claims.table), 'Arn'] },
+        Condition: {
+          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['weekly-report#*', 'payment-reminder#*'] },
+        },
+      },
+      {
+        Effect: 'Allow',
+        Action: ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:UpdateItem'],
+        Resource: { 'Fn::GetAtt': [logicalIdOf(claims.table), 'Arn'] },
+        Condition: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['weekly-report#*'] } },
+      },
+    ]);
+  });
+});
+
 describe('SesEventRecorder: one per stack and claims backend, least privilege', () => {
   it('records every job of one backend with one function, which may update and read their items and nothing else', () => {
     const stack = stackWithoutBundling();
