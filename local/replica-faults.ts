@@ -134,7 +134,8 @@ export function gatedBackend(
     list: (slot) => backend.ledger.list(slot),
     recordProviderWord: (slot, keyHash, word) =>
       gate.pass(() => backend.ledger.recordProviderWord(slot, keyHash, word)),
-    settleInDoubt: (slot, stale, to, now) => gate.pass(() => backend.ledger.settleInDoubt(slot, stale, to, now)),
+    settleInDoubt: (slot, stale, to, now) =>
+      gate.pass(() => backend.ledger.settleInDoubt(slot, stale, to, now)),
   };
   return { claims, ledger, hashKey: backend.hashKey };
 }
