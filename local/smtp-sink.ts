@@ -67,6 +67,12 @@ export interface SmtpSink {
   readonly recordsWords: boolean;
   /** Messages accepted in all. */
   total(): number;
+  /**
+   * Resolves once no client is connected and no message awaits its answer: once a sender's
+   * process is dead, everything it handed over has been answered, and its word told. (A pooled
+   * sender keeps its connections open, so this is for after the sender is gone.)
+   */
+  idle(): Promise<void>;
   /** Recipients who received more than one message. */
   duplicates(): number;
   /**
@@ -113,18 +119,33 @@ export async function startSmtpSink(options: SmtpSinkOptions = {}): Promise<Smtp
   /** The listener's promise, a listener that throws instead of rejecting included. */
   const tell = (effect: EffectContext, word: SinkWord): Promise<unknown> =>
     onWord ? Promise.resolve().then(() => onWord(effect, word)) : Promise.resolve();
+  /** Messages received in full and not answered yet, and who waits for none to be left. */
+  let unanswered = 0;
+  const idleWaiters: (() => void)[] = [];
+  const wakeIfIdle = () => {
+    if (server.connections.size > 0 || unanswered > 0) return;
+    for (const resolve of idleWaiters.splice(0)) resolve();
+  };
   const server = new SMTPServer({
     authOptional: true,
     disabledCommands: ['STARTTLS', 'AUTH'],
     logger: false,
     size: SIZE_LIMIT,
-    onData(stream, session, callback) {
+    // Called once the connection has left `server.connections`.
+    onClose: wakeIfIdle,
+    onData(stream, session, answer) {
       // Only the header block is kept: the body streams past unread.
       const head = new HeaderBlock();
       stream.on('data', (chunk: Buffer) => head.push(chunk));
       // A client that goes away mid-message destroys the stream: nothing was accepted.
       stream.on('error', () => {});
       stream.on('end', () => {
+        unanswered++;
+        const callback: typeof answer = (error, message) => {
+          answer(error, message);
+          unanswered--;
+          wakeIfIdle();
+        };
         const headers = head.headers();
         const effect = onWord ? effectFromHeaders(headers) : undefined;
         const messageId = messageIdOf(headers);
@@ -172,6 +193,11 @@ export async function startSmtpSink(options: SmtpSinkOptions = {}): Promise<Smtp
     refused,
     recordsWords: onWord !== undefined,
     total: () => total,
+    idle() {
+      const idle = new Promise<void>((resolve) => idleWaiters.push(resolve));
+      wakeIfIdle();
+      return idle;
+    },
     duplicates: () => [...received.values()].filter((n) => n > 1).length,
     from(sender) {
       const recipients =

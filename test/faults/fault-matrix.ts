@@ -390,6 +390,8 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
      * each: accepted (the sink has the email), refused, and never handed to it.
      */
     const leftByTheDead = async () => {
+      // What the dead replica handed over before it died is answered, and its word told, first.
+      await sink.idle();
       const tally = await ledger();
       const inDoubt = tally.emailsOf(EffectState.Reserved, 1);
       const accepted = (email: string) => (sink.received.get(email) ?? 0) > 0;

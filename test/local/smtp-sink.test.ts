@@ -152,6 +152,45 @@ describe('the SMTP sink records its word on the effect before it answers', () =>
     },
   );
 
+  it('is idle only once every message handed over is answered and its sender gone, so a dead sender leaves nothing still to count', async () => {
+    let release = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let told = () => {};
+    const heard = new Promise<void>((resolve) => {
+      told = resolve;
+    });
+    const { sink, sender, send } = await reservedWindow(
+      ['a@example.test'],
+      {},
+      (record) => async (effect, word) => {
+        told();
+        await held;
+        return record(effect, word);
+      },
+    );
+    const sending = send('a@example.test');
+
+    // The message is in, its word held back: not answered, so not counted yet, and not idle.
+    await heard;
+    let idle = false;
+    const idling = sink.idle().then(() => {
+      idle = true;
+    });
+    // A turn of the event loop, for an idle() that wrongly resolved to have done so.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect([idle, sink.total()]).toEqual([false, 0]);
+    release();
+    await sending;
+    expect(sink.total()).toBe(1);
+    // Answered, but the sender's pooled connection is still open.
+    expect(idle).toBe(false);
+    sender.close();
+    await idling;
+    expect(idle).toBe(true);
+  });
+
   it('accepts and counts a message that is no effect without telling the listener of it', async () => {
     const told: string[] = [];
     const { sink, sender } = await reservedWindow([], {}, (record) => (effect, word) => {
