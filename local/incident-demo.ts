@@ -12,12 +12,12 @@ import { JOB_DEFAULTS } from '../shared/job/job-spec.js';
 import { windowOf } from '../shared/slot/slot.js';
 import { emfMetrics } from '../shared/telemetry/metrics.js';
 import { fileLog } from './file-log.js';
-import { type InDoubtResolution, resolveInDoubtFromMailLog } from './in-doubt-resolution.js';
 import { type LocalBackendKind, openLocalBackend } from './local-backend.js';
-import { LocalRunner, type TerminalOutput, windowSender } from './local-runner.js';
+import { LocalRunner, type ResolvedInDoubt, type TerminalOutput, windowSender } from './local-runner.js';
 import { rateLimitedSender } from './rate-limited-sender.js';
 import { FaultKind } from './replica-faults.js';
 import { type SmtpSink, startSmtpSink } from './smtp-sink.js';
+import { recordSmtpWords } from './smtp-word-recorder.js';
 import { type WindowOutcome, windowOutcome } from './window-outcome.js';
 
 /** The demo's knobs: `npm start`'s flags. */
@@ -65,7 +65,8 @@ export interface IncidentDemoOptions {
   readonly shards?: number;
   /**
    * Ends the output with one line of JSON: the slotguard side's WindowOutcome (`delivered`,
-   * `duplicates`, `inDoubt`, `failed`, `unfinished`, `runs`, `shards`).
+   * `duplicates`, `inDoubt`, `resolved`, `confirmed`, `rejected`, `resent`, `failed`,
+   * `unfinished`, `runs`, `shards`).
    * @default false
    */
   readonly json?: boolean;
@@ -75,11 +76,6 @@ export interface IncidentDemoOptions {
    */
   readonly clock?: Clock;
 }
-
-/** Why effects that had not gone are left in doubt in a split window (InDoubtResolution.split). */
-const SPLIT_NOT_CLEARED =
-  ' (the window is split into shards: running one again needs its shard reopened, which the operator ' +
-  'port does not do yet, so it stays in doubt rather than be dropped)';
 
 /** What one side of the comparison came to, read from the SMTP server. */
 export interface SideResult {
@@ -94,21 +90,24 @@ export interface SideResult {
   readonly recipientsReached: number;
   /** Emails beyond the first to any recipient. */
   readonly duplicates: number;
-  /** Effects left in doubt by the run, as measured in the ledger (before the runbook step). */
+  /**
+   * Effects in doubt once the window is over, as measured in the ledger: what the provider's word
+   * did not settle.
+   */
   readonly inDoubt: number | undefined;
   readonly seconds: number;
 }
 
-/** Both sides of the comparison, and what the runbook step did. */
+/** Both sides of the comparison, and what the provider's word settled. */
 export interface IncidentDemoResult {
   readonly unguarded: SideResult;
   readonly guarded: SideResult;
-  /** The in-doubt effects looked up in the mail log and resolved; undefined when there were none. */
-  readonly resolution: InDoubtResolution | undefined;
+  /** Effects a crash or a pause left in doubt that the window settled from the SMTP server's record. */
+  readonly resolution: ResolvedInDoubt;
   /** The faults that struck, in words. */
   readonly faults: readonly string[];
   readonly seed: number;
-  /** The slotguard side's window at the end (after the runbook step), per recipient: the JSON line. */
+  /** The slotguard side's window at the end, per recipient: the JSON line. */
   readonly outcome: WindowOutcome;
 }
 
@@ -123,14 +122,19 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
   const clock = options.clock ?? systemClock;
   const faults = options.faults ?? [];
   const kind = options.backend ?? 'dynamodb';
-  const [backend, sink] = await Promise.all([
-    openLocalBackend({
-      kind,
-      thread: true,
-      ...(options.databaseUrl ? { databaseUrl: options.databaseUrl } : {}),
-    }),
-    startSmtpSink(),
-  ]);
+  const backend = await openLocalBackend({
+    kind,
+    thread: true,
+    ...(options.databaseUrl ? { databaseUrl: options.databaseUrl } : {}),
+  });
+  // The provider's word on every effect it accepts, on record before the send returns: what the
+  // slotguard side's runs settle effects left in doubt from. The unguarded side's mail is no effect.
+  const sink = await startSmtpSink({ onWord: recordSmtpWords(backend.backend.ledger, clock) }).catch(
+    async (error: unknown) => {
+      await backend.close();
+      throw error;
+    },
+  );
   const senders: { close(): void }[] = [];
   // One provider per side: every sender of a side shares its send rate.
   let bucket: TokenBucket | undefined;
@@ -189,10 +193,11 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
     // Postgres needs three statement timeouts (3 × 5 s) inside a lease.
     const shortLease = faults.includes(FaultKind.Crash) || faults.includes(FaultKind.Pause);
     const leaseSeconds = options.leaseSeconds ?? (shortLease ? (kind === 'postgres' ? 15 : 5) : undefined);
-    const runnerOptions = {
+    const runner: LocalRunner = new LocalRunner({
       jobs: [job],
       backend: backend.backend,
       senderFor,
+      // It records the provider's word, so the runner settles what a crash or a pause leaves in doubt.
       sink,
       log,
       clock,
@@ -203,9 +208,6 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
         ...(leaseSeconds ? { leaseMs: leaseSeconds * 1000 } : {}),
         ...(options.shards !== undefined ? { shards: options.shards } : {}),
       },
-    };
-    const runner: LocalRunner = new LocalRunner({
-      ...runnerOptions,
       replicas: options.replicas,
       faults,
       ...(options.seed !== undefined ? { seed: options.seed } : {}),
@@ -213,7 +215,7 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
       // deployed; the demo stops instead and shows the error.
       onError: () => void runner.stop(),
     });
-    let resolution: InDoubtResolution | undefined;
+    let resolution: ResolvedInDoubt = { confirmed: 0, rejected: 0, resent: 0 };
     let struck: readonly string[] = [];
     const guarded = await measure('slotguard', options, clock, sink, async () => {
       const report = await runner.fire(job, window);
@@ -224,27 +226,8 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
       }
       for (const error of new Set(report.errors)) out.write(`  delivery failed: ${error}\n`);
       struck = report.faults;
-      let fires = report.fires;
-      let runs = report.runs;
-      if (report.inDoubt > 0 && backend.operator) {
-        // The runbook's step for effects in doubt: look each one up in the mail server's log.
-        resolution = await resolveInDoubtFromMailLog({
-          job,
-          window,
-          backend: backend.backend,
-          operator: backend.operator,
-          delivered: sink.from(windowSender(job.spec.id, window)).recipients,
-          clock,
-        });
-        if (resolution.cleared > 0) {
-          const rerunner = new LocalRunner({ ...runnerOptions, replicas: 1 });
-          const rerun = await rerunner.fire(job, window, { backfilled: true });
-          await rerunner.stop();
-          fires += rerun.fires;
-          runs += rerun.runs;
-        }
-      }
-      return { fires, runs, inDoubt: report.inDoubt };
+      resolution = report.resolved;
+      return { fires: report.fires, runs: report.runs, inDoubt: report.inDoubt };
     });
     writeFileSync(emfPath, emfLines.map((line) => `${line}\n`).join(''));
 
@@ -253,9 +236,10 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
       window,
       backend: backend.backend,
       mail: sink.from(windowSender(job.spec.id, window)),
+      resolved: resolution,
     });
     const result = { unguarded, guarded, resolution, faults: struck, seed: runner.seed, outcome };
-    printTable(out, options, result, backend.operator !== undefined);
+    printTable(out, options, result);
     out.write(`Log: ${options.outputDir}/last-run.log.jsonl  Metrics (EMF): ${emfPath}\n`);
     if (options.json) out.write(`${JSON.stringify(outcome)}\n`);
     return result;
@@ -363,12 +347,7 @@ function startProgress(
   };
 }
 
-function printTable(
-  out: TerminalOutput,
-  options: IncidentDemoOptions,
-  r: IncidentDemoResult,
-  canResolve: boolean,
-): void {
+function printTable(out: TerminalOutput, options: IncidentDemoOptions, r: IncidentDemoResult): void {
   const n = (value: number | undefined) => (value === undefined ? '-' : value.toLocaleString('en-US'));
   const rows: [string, string, string][] = [
     ['fires', n(r.unguarded.fires), n(r.guarded.fires)],
@@ -377,6 +356,7 @@ function printTable(
     ['emails delivered', n(r.unguarded.delivered), n(r.guarded.delivered)],
     ['duplicates', n(r.unguarded.duplicates), n(r.guarded.duplicates)],
     ['in doubt', n(r.unguarded.inDoubt), n(r.guarded.inDoubt)],
+    ['in doubt resolved', '-', n(r.outcome.resolved)],
     ['time', `${r.unguarded.seconds.toFixed(1)} s`, `${r.guarded.seconds.toFixed(1)} s`],
   ];
   out.write(`\n${''.padEnd(18)}${'unguarded'.padStart(12)}${'slotguard'.padStart(12)}\n`);
@@ -403,17 +383,12 @@ function printTable(
     );
   }
   if (r.faults.length > 0) out.write(`Faults (seed ${r.seed}): ${r.faults.join('; ')}.\n`);
-  if (r.resolution) {
+  const { resolved, confirmed, rejected, resent, inDoubt } = r.outcome;
+  if (resolved > 0) {
     out.write(
-      `In doubt after the run: ${n(r.resolution.inDoubt)}. Looked up in the SMTP server's log: ` +
-        `${n(r.resolution.confirmed)} had gone (marked done), ${n(r.resolution.cleared)} had not (cleared and re-run)` +
-        `${r.resolution.unresolved > 0 ? `, ${n(r.resolution.unresolved)} left for a human` : ''}` +
-        `${r.resolution.split && r.resolution.unresolved > 0 ? SPLIT_NOT_CLEARED : ''}.\n`,
-    );
-  } else if ((r.guarded.inDoubt ?? 0) > 0 && !canResolve) {
-    out.write(
-      `In doubt after the run: ${n(r.guarded.inDoubt)}, left unresolved: this backend has no operator store yet ` +
-        '(the Postgres one is not available yet).\n',
+      `Left in doubt by the faults: ${n(resolved + inDoubt)}. Settled from the SMTP server's record of each message ` +
+        `(the provider's word, on record before it acknowledged the message): ${n(confirmed)} had gone (done, not sent again), ` +
+        `${n(rejected)} refused and ${n(resent)} never accepted (sent by the window's retry); ${n(inDoubt)} still in doubt.\n`,
     );
   }
 }

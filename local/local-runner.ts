@@ -11,6 +11,7 @@ import {
   type WorkQueue,
 } from '../shared/continuation/work-queue.js';
 import type { EmailSender } from '../shared/effects/email-sender.js';
+import { AfterGrace, type InDoubtResolution } from '../shared/job/in-doubt-resolution.js';
 import { JOB_DEFAULTS, type JobSpec } from '../shared/job/job-spec.js';
 import { createJobHandler, type InvocationContext } from '../shared/job/lambda-handler.js';
 import { type RunOptions, resolveRunOptions, type SlotBackend } from '../shared/job/run-slot.js';
@@ -21,6 +22,7 @@ import { JobSchedule } from '../shared/schedule/fire-times.js';
 import { type SlotState, TERMINAL_SLOT_STATES } from '../shared/slot/ports.js';
 import { type Slot, windowOf } from '../shared/slot/slot.js';
 import { type Log, silentLog } from '../shared/telemetry/log.js';
+import { MetricName } from '../shared/telemetry/metric-names.js';
 import { emfMetrics, type JobMetrics } from '../shared/telemetry/metrics.js';
 import { safeErrorText } from '../shared/telemetry/safe-error-text.js';
 import { jobDeadlineMs } from '../shared/watchdog/window-deadline.js';
@@ -60,7 +62,11 @@ export interface LocalRunnerOptions {
    * the invocation is over.
    */
   readonly senderFor: (from: string) => EmailSender & { close?(): void };
-  /** Where the counts per window are read from. */
+  /**
+   * Where the counts per window are read from. When the sink records the provider's word
+   * (`recordsWords`: started with `recordSmtpWords` on this backend's ledger), the window's runs
+   * also settle the effects a run leaves in doubt from it: see `localInDoubtResolution`.
+   */
   readonly sink?: SmtpSink;
   /**
    * Replicas firing every window, as N schedules or N service instances would: each sends the
@@ -81,7 +87,10 @@ export interface LocalRunnerOptions {
   readonly log?: Log;
   /** @default EMF metrics thrown away */
   readonly metrics?: (jobId: string) => JobMetrics;
-  /** Overrides of the run options each job's JobSpec gives (a short lease for fault demos, say). */
+  /**
+   * Overrides of the run options each job's JobSpec gives (a short lease for fault demos, say), and
+   * of the in-doubt resolution the runner picks (`localInDoubtResolution`).
+   */
   readonly runOptions?: RunOptions;
   /**
    * Lambda's time limit: each invocation's getRemainingTimeInMillis counts down from it, on the
@@ -124,8 +133,13 @@ export interface WindowReport {
   /** Emails the SMTP server accepted for this window, and beyond one per recipient. */
   readonly delivered: number | undefined;
   readonly duplicates: number | undefined;
-  /** Effects reserved and never recorded done, read from the ledger after the window. */
+  /**
+   * Effects reserved and never recorded done, read from the ledger after the window: what the
+   * provider's word did not settle.
+   */
   readonly inDoubt: number;
+  /** Effects left in doubt by a run that the window's later runs settled from the provider's word. */
+  readonly resolved: ResolvedInDoubt;
   readonly done: number;
   /** Effects the provider refused, for good or (in an unfinished window) waiting for a retry. */
   readonly failed: number;
@@ -138,6 +152,20 @@ export interface WindowReport {
   readonly shards: number;
   readonly epoch: number;
   readonly ms: number;
+}
+
+/**
+ * Effects a run left in doubt that the window's later runs settled from the provider's word (the
+ * SMTP sink's record of each message), as they counted them (InDoubtConfirmed, InDoubtRejected,
+ * InDoubtResent).
+ */
+export interface ResolvedInDoubt {
+  /** The sink had accepted the message: recorded done, never sent again. */
+  readonly confirmed: number;
+  /** The provider refused the message: sent again by the window's retry. */
+  readonly rejected: number;
+  /** No word by the end of the grace period, so never accepted: sent again by the window's retry. */
+  readonly resent: number;
 }
 
 /** A job's catch-up when the runner starts: what was missed, what runs, what does not and why. */
@@ -188,6 +216,8 @@ interface WindowRun {
   readonly from: string;
   readonly claimedBy: string[];
   readonly errors: string[];
+  /** Settled from the provider's word, as the window's runs counted them. */
+  readonly resolved: { confirmed: number; rejected: number; resent: number };
   /** Invocations of the window under way, to thaw on stop. */
   readonly gates: Set<InvocationGate>;
   /**
@@ -367,6 +397,7 @@ export class LocalRunner {
       from: windowSender(job.spec.id, window),
       claimedBy: [],
       errors: [],
+      resolved: { confirmed: 0, rejected: 0, resent: 0 },
       gates: new Set(),
       frozen: new Map(),
       live: new Set(),
@@ -436,7 +467,20 @@ export class LocalRunner {
       { ...spec, timeoutSeconds: Math.ceil(timeoutMs / 1000) },
       this.#clock.now(),
     );
-    const options: RunOptions = { ...runOptionsOf(spec), deadlineMs, ...this.#o.runOptions };
+    const specOptions = runOptionsOf(spec);
+    const resolution = this.#o.sink?.recordsWords
+      ? localInDoubtResolution({
+          leaseMs: this.#o.runOptions?.leaseMs ?? specOptions.leaseMs,
+          lambdaTimeoutMs: timeoutMs,
+          faults: this.#faults,
+        })
+      : undefined;
+    const options: RunOptions = {
+      ...specOptions,
+      deadlineMs,
+      ...(resolution ? { inDoubtResolution: resolution } : {}),
+      ...this.#o.runOptions,
+    };
     const { shards } = resolveRunOptions(options);
     const duplicates = this.#faults.includes(FaultKind.Duplicate);
     const duplicated = new Set<string>();
@@ -596,7 +640,11 @@ export class LocalRunner {
             run?.claimedBy.push(name);
           },
         }),
-        metrics: () => this.#o.metrics?.(spec.id) ?? emfMetrics({ jobId: spec.id, write: () => {} }),
+        metrics: () =>
+          countingResolutions(
+            this.#o.metrics?.(spec.id) ?? emfMetrics({ jobId: spec.id, write: () => {} }),
+            run?.resolved,
+          ),
         log: this.#o.log ?? silentLog,
         clock: this.#clock,
         options: engine.options,
@@ -716,6 +764,7 @@ export class LocalRunner {
       delivered: mail?.total,
       duplicates: mail?.duplicates,
       inDoubt: tally.inDoubt,
+      resolved: { ...run.resolved },
       done: tally.done,
       failed: tally.failed + tally.waiting,
       state: record?.state ?? 'MISSED',
@@ -724,6 +773,49 @@ export class LocalRunner {
       ms: this.#clock.now() - run.started,
     };
   }
+}
+
+/**
+ * How the local runner settles effects a run left in doubt, when its SMTP sink records the
+ * provider's word: re-sent once a short grace period is over with no word (`afterGrace: 'resend'`).
+ *
+ * Locally that is exact, not "probably safe" as deployed: the sink writes each message's word onto
+ * its effect before it acknowledges the message, so the record is complete and synchronous, and a
+ * reservation with no word once the invocation that made it can send no more was never accepted.
+ * - With no holder frozen, that invocation is dead when a takeover looks (the dead holder's lease
+ *   ran out first), and what it had in flight landed moments after it died: a lease of grace is
+ *   plenty, and leaves room for a machine under load.
+ * - A frozen holder (`pause`) wakes once the takeover's run is over and sends what it had under
+ *   way: only Lambda's time limit, at which the runner stops every invocation as Lambda does, ends
+ *   what it can still send. The grace is then that limit.
+ * Deployed, SES's events can be later than any bound, hence the 1 hour default and 'report'.
+ */
+export function localInDoubtResolution(args: {
+  readonly leaseMs: number;
+  readonly lambdaTimeoutMs: number;
+  readonly faults: readonly FaultKind[];
+}): Required<InDoubtResolution> {
+  return {
+    graceMs: args.faults.includes(FaultKind.Pause) ? args.lambdaTimeoutMs : args.leaseMs,
+    afterGrace: AfterGrace.Resend,
+  };
+}
+
+/** `metrics`, also adding each in-doubt resolution an invocation counts to its window's `tally`. */
+function countingResolutions(
+  metrics: JobMetrics,
+  tally: { confirmed: number; rejected: number; resent: number } | undefined,
+): JobMetrics {
+  if (!tally) return metrics;
+  return {
+    count(name, value = 1) {
+      if (name === MetricName.InDoubtConfirmed) tally.confirmed += value;
+      else if (name === MetricName.InDoubtRejected) tally.rejected += value;
+      else if (name === MetricName.InDoubtResent) tally.resent += value;
+      metrics.count(name, value);
+    },
+    flush: () => metrics.flush(),
+  };
 }
 
 /**
@@ -773,12 +865,12 @@ export function windowSender(jobId: string, window: Date): string {
 }
 
 /** The run options a JobSpec implies, as the deployed function reads them from its environment. */
-function runOptionsOf(spec: JobSpec): RunOptions {
+function runOptionsOf(spec: JobSpec) {
   return {
     leaseMs: (spec.leaseSeconds ?? JOB_DEFAULTS.leaseSeconds) * 1000,
     effectConcurrency: spec.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
     maxAttempts: spec.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
-  };
+  } satisfies RunOptions;
 }
 
 /** One line per window, for `npm start -- serve` and the demo. */
@@ -799,6 +891,12 @@ export function describeWindow(report: WindowReport): string {
     `duplicates ${n(report.duplicates)}`,
     `in doubt ${report.inDoubt}`,
   ];
+  const { confirmed, rejected, resent } = report.resolved;
+  if (confirmed + rejected + resent > 0) {
+    parts.push(
+      `resolved ${confirmed + rejected + resent} (${confirmed} confirmed, ${rejected} rejected, ${resent} resent)`,
+    );
+  }
   if (report.failed > 0) parts.push(`failed ${report.failed}`);
   parts.push(`${report.state} epoch ${report.epoch}`);
   if (report.faults.length > 0) parts.push(`faults: ${report.faults.join('; ')}`);

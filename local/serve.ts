@@ -22,6 +22,7 @@ import {
 import { rateLimitedSender } from './rate-limited-sender.js';
 import type { FaultKind } from './replica-faults.js';
 import { type SmtpSink, startSmtpSink } from './smtp-sink.js';
+import { recordSmtpWords } from './smtp-word-recorder.js';
 
 /** Where `serve` tells other processes (the operator CLI) how to reach its backend and mail server. */
 export const SERVE_STATE_FILE = 'serve.json';
@@ -113,7 +114,9 @@ export async function startServe(options: ServeOptions): Promise<ServeHandle> {
     ...(kind === 'dynamodb' ? { path: dynamoPath, thread: true } : {}),
     ...(options.databaseUrl ? { databaseUrl: options.databaseUrl } : {}),
   });
-  const sink = await startSmtpSink();
+  // The provider's word on every effect it accepts, on record before the send returns: the runner
+  // settles effects a crash, a pause or Lambda's time limit leaves in doubt from it.
+  const sink = await startSmtpSink({ onWord: recordSmtpWords(backend.backend.ledger, clock) });
   const state: ServeState = {
     pid: process.pid,
     startedAt: new Date(clock.now()).toISOString(),

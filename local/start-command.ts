@@ -19,7 +19,8 @@ the SMTP server received.
 serve: every job of functions/catalog.ts fires on its own schedule and time zone, as EventBridge
 Scheduler would (cron, rate, at; daylight-saving nights as Scheduler runs them), by N replicas,
 on the system clock, until Ctrl-C (SIGINT) or SIGTERM. One line per window: fires, runs, claimed
-by, emails delivered (from the SMTP server), in doubt (from the ledger). The embedded DynamoDB keeps
+by, emails delivered (from the SMTP server), in doubt (from the ledger), and the effects left in
+doubt that were resolved from the SMTP server's record. The embedded DynamoDB keeps
 its tables in <state dir>/dynamodb, so a restart catches up the windows missed while stopped per
 each job's catchUp policy; the operator CLI (npx slotguard) reads the same state.
 
@@ -39,10 +40,14 @@ Options:
                       the shards run at once, each its own invocations, sharing --send-rate; the
                       last shard to end finishes the window
   --json              demo: end with one line of JSON, the slotguard side's window read from the
-                      SMTP server and the ledger: {"delivered","duplicates","inDoubt","failed",
-                      "unfinished","runs","shards"}. unfinished counts customers with no outcome
-                      (not delivered, not in doubt, not failed; in a window not finished, those
-                      waiting for a retry too)
+                      SMTP server and the ledger: {"delivered","duplicates","inDoubt","resolved",
+                      "confirmed","rejected","resent","failed","unfinished","runs","shards"}.
+                      resolved counts the effects left in doubt that were settled from the SMTP
+                      server's record:
+                      confirmed (it had the message: done), rejected or resent (it never had it:
+                      sent by the window's retry). unfinished counts customers with no outcome (not
+                      delivered, not in doubt, not failed; in a window not finished, those waiting
+                      for a retry too)
   --backend NAME      dynamodb (default: dynalite in process) or postgres (DATABASE_URL, else an
                       embedded PostgreSQL started for the run)
   --faults LIST       faults injected on the slotguard side, comma-separated:
@@ -51,9 +56,11 @@ Options:
                         crash      the slot's holder dies at a random effect; its window comes back
                                    from the queue and is taken over after the lease
                         pause      the holder freezes past its lease; a redelivery takes over; it wakes fenced
-                      With crash or pause the demo's lease is short, and effects left in doubt are
-                      looked up in the SMTP server's log and resolved (marked done, or cleared and
-                      re-run) as docs/operations.md tells an operator to.
+                      With crash or pause the demo's lease is short. The SMTP server records each
+                      message on its effect before acknowledging it (as SES's events do deployed),
+                      so the window settles what the fault left in doubt: done if the server has
+                      it, sent again if not, once a grace period is over: a lease, or with pause
+                      Lambda's time limit (a frozen holder can send until then).
   --seed N            seed of the crash and pause points (default random, printed)
   --lease-seconds N   the slotguard side's lease (default 60; with crash or pause 5, or 15 on
                       Postgres, whose lease must outlast three statement timeouts)

@@ -2,6 +2,7 @@ import type { LocalJob } from '../functions/local-jobs.js';
 import type { SlotBackend } from '../shared/job/run-slot.js';
 import { type EffectRecord, EffectState, type SlotRecord, SlotState } from '../shared/slot/ports.js';
 import { type Slot, windowOf } from '../shared/slot/slot.js';
+import type { ResolvedInDoubt } from './local-runner.js';
 import type { MailTally } from './smtp-sink.js';
 
 /**
@@ -13,8 +14,19 @@ export interface WindowOutcome {
   readonly delivered: number;
   /** Emails beyond the first to any recipient. */
   readonly duplicates: number;
-  /** Effects reserved and never recorded done: each may or may not have gone. */
+  /**
+   * Effects reserved and never recorded done: each may or may not have gone. Counted after the
+   * window's runs settled what the provider's word settles (`resolved`).
+   */
   readonly inDoubt: number;
+  /** Effects a run left in doubt that the window settled from the SMTP server's record: the next three. */
+  readonly resolved: number;
+  /** The server had accepted the message: recorded done, never sent again. */
+  readonly confirmed: number;
+  /** The server had refused it: sent again by the window's retry. */
+  readonly rejected: number;
+  /** No word by the end of the grace period, so never accepted: sent again by the window's retry. */
+  readonly resent: number;
   /**
    * Effects the provider refused for good; in a finished window (DONE or PARTIAL) also those whose
    * retry the deadline cut off, as the window's summary counts them.
@@ -47,8 +59,10 @@ export async function windowOutcome(args: {
   readonly backend: SlotBackend;
   /** What the SMTP server accepted from the window's sender. */
   readonly mail: MailTally;
+  /** What the window's runs settled from the provider's word (the runner's WindowReport). */
+  readonly resolved: ResolvedInDoubt;
 }): Promise<WindowOutcome> {
-  const { job, window, backend, mail } = args;
+  const { job, window, backend, mail, resolved } = args;
   const slot = { jobId: job.spec.id, window: windowOf(window) };
   const record = await backend.claims.read(slot);
   const finished = record?.state === SlotState.Done || record?.state === SlotState.Partial;
@@ -73,6 +87,10 @@ export async function windowOutcome(args: {
     delivered: mail.total,
     duplicates: mail.duplicates,
     inDoubt,
+    resolved: resolved.confirmed + resolved.rejected + resolved.resent,
+    confirmed: resolved.confirmed,
+    rejected: resolved.rejected,
+    resent: resolved.resent,
     failed,
     unfinished,
     runs: await runsOf(backend, slot, record),

@@ -63,7 +63,10 @@ export interface ResolutionPass {
   readonly resent: number;
   /** No word yet, inside the grace period: still in doubt, looked at again later. */
   readonly awaiting: number;
-  /** When to look again for the ones awaiting their word (epoch ms). */
+  /**
+   * When to look again for the ones awaiting their word (epoch ms): the first look due, or the
+   * last of those due within `lookTogetherMs` of it.
+   */
   readonly lookAgainAt?: number;
 }
 
@@ -75,6 +78,16 @@ export interface ResolutionPass {
 function nextLook(reservedAt: number, graceMs: number, now: number): number {
   const looks = [60_000, 300_000].filter((after) => after < graceMs).concat(graceMs);
   return reservedAt + (looks.find((after) => reservedAt + after > now) ?? graceMs);
+}
+
+/**
+ * How far after the first look due the window waits to take later looks with it: a crashed run's
+ * effects in doubt were reserved moments apart, and a look for each one on its own would be a run
+ * (a window walk) for each one. A tenth of the grace period, at most a minute: a word is never
+ * waited for much longer than the grace period says.
+ */
+function lookTogetherMs(graceMs: number): number {
+  return Math.min(60_000, graceMs / 10);
 }
 
 /**
@@ -99,7 +112,7 @@ export async function resolveInDoubt(args: {
   let rejected = 0;
   let resent = 0;
   let awaiting = 0;
-  let lookAgainAt: number | undefined;
+  const looks: number[] = [];
   for (const record of args.inDoubt) {
     if (record.state !== EffectState.Reserved) continue;
     const word = record.provider?.epoch === record.epoch ? record.provider : undefined;
@@ -131,8 +144,7 @@ export async function resolveInDoubt(args: {
     const graceEndsAt = (record.reservedAt ?? Number.NEGATIVE_INFINITY) + resolution.graceMs;
     if (now < graceEndsAt) {
       awaiting++;
-      const look = nextLook(record.reservedAt ?? now, resolution.graceMs, now);
-      lookAgainAt = lookAgainAt === undefined ? look : Math.min(lookAgainAt, look);
+      looks.push(nextLook(record.reservedAt ?? now, resolution.graceMs, now));
       continue;
     }
     if (
@@ -150,5 +162,8 @@ export async function resolveInDoubt(args: {
       );
     }
   }
-  return { confirmed, rejected, resent, awaiting, ...(lookAgainAt !== undefined ? { lookAgainAt } : {}) };
+  const first = looks.reduce((a, b) => Math.min(a, b), Number.POSITIVE_INFINITY);
+  const together = first + lookTogetherMs(resolution.graceMs);
+  const lookAgainAt = looks.reduce((a, b) => (b <= together ? Math.max(a, b) : a), first);
+  return { confirmed, rejected, resent, awaiting, ...(looks.length > 0 ? { lookAgainAt } : {}) };
 }

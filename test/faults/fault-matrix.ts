@@ -7,21 +7,38 @@
  * the ledger holds once the dust settles, and the run summaries; each scenario prints one line of
  * them. Nothing waits on a timer: a replica is crashed, frozen or faulted when its own stdout says
  * it reached the point, and a dead holder's lease is ended by the backend's `expireLease`.
+ *
+ * The sink records its word on each effect (accepted, or rejected when a scenario has it refuse a
+ * message), as SES's events do deployed: on time (before it answers, as the local runner has it),
+ * late, lost or twice (WordChannel). What a dead replica left in doubt is settled from it, and a
+ * survivor's clock is moved to each look.
  */
 import { describe, expect, it, onTestFailed, onTestFinished } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
-import { type SmtpSink, startSmtpSink } from '../../local/smtp-sink.js';
-import type { Clock } from '../../shared/clock.js';
+import { localInDoubtResolution } from '../../local/local-runner.js';
+import { type SinkWord, type SinkWordListener, type SmtpSink, startSmtpSink } from '../../local/smtp-sink.js';
+import { recordSmtpWords } from '../../local/smtp-word-recorder.js';
+import { type Clock, systemClock } from '../../shared/clock.js';
 import type { WorkQueue } from '../../shared/continuation/work-queue.js';
+import type { EffectContext } from '../../shared/effects/effect-context.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { shardOfKeyHash } from '../../shared/effects/resumable-source.js';
 import { smtpSender } from '../../shared/effects/smtp-email-sender.js';
+import { AfterGrace, type InDoubtResolution } from '../../shared/job/in-doubt-resolution.js';
 import { createJobHandler, type HandlerResponse } from '../../shared/job/lambda-handler.js';
 import type { SlotBackend } from '../../shared/job/run-slot.js';
-import { type EffectRecord, EffectState, type RunSummary, SlotState } from '../../shared/slot/ports.js';
+import {
+  type EffectLedger,
+  type EffectRecord,
+  EffectState,
+  type ProviderWordOutcome,
+  type RunSummary,
+  SlotState,
+} from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
 import { EmfRecorder, RecordingLog, schedulerEvent, TEST_SECRET, testHandler } from '../helpers/harness.js';
+import { ManualClock } from '../helpers/manual-clock.js';
 import {
   CrashPoint,
   type Replica,
@@ -89,6 +106,89 @@ export interface FaultMatrixBackend {
   burstRetryTimes(clients: number): Promise<number[][]>;
   /** Recipients for the streaming scenario: as many as fit about half a minute on two cores. */
   readonly streamRecipients: number;
+}
+
+/**
+ * How a survivor settles what a killed replica left in doubt, as the local runner does: words on
+ * time make a no-word reservation one that was never accepted, so it is sent again after a lease.
+ */
+const LOCAL_RESOLUTION = localInDoubtResolution({ leaseMs: LEASE_MS, lambdaTimeoutMs: 900_000, faults: [] });
+
+/** A grace period the survivor's first look falls inside on either backend's clock. */
+const LONG_GRACE_MS = 10 * 60_000;
+
+/** What becomes of the sink's word on each message that is an effect. */
+export const WordFault = {
+  /** Written before the sink answers: a send that returned has its word on record. */
+  OnTime: 'on-time',
+  /** Kept, the answer sent at once, and written when the test releases them (after a takeover's look). */
+  Late: 'late',
+  /** Never written. */
+  Lost: 'lost',
+  /** Written twice, both before the sink answers. */
+  Duplicated: 'duplicated',
+} as const;
+export type WordFault = (typeof WordFault)[keyof typeof WordFault];
+
+/**
+ * The sink's channel for its word: its `onWord`, writing each effect's word onto the ledger
+ * (`recordSmtpWords`) as `fault` says, and keeping what the ledger answered; and its `refuse`.
+ */
+class WordChannel {
+  fault: WordFault = WordFault.OnTime;
+  /** Which messages the sink refuses, by their recipients: none unless a scenario says. */
+  refuses: (recipients: readonly string[]) => boolean = () => false;
+  /**
+   * Runs once the word on a refused message has gone its way, before the sink answers it: a
+   * scenario kills the sender here, so it dies between the refusal and hearing it.
+   */
+  beforeRefusal: () => Promise<void> = async () => {};
+  /** What the ledger answered each write, in order. */
+  readonly answers: ProviderWordOutcome[] = [];
+  /** Words never written. */
+  lost = 0;
+  readonly #record: (effect: EffectContext, word: SinkWord) => Promise<ProviderWordOutcome>;
+  readonly #held: { readonly effect: EffectContext; readonly word: SinkWord }[] = [];
+
+  constructor(ledger: EffectLedger) {
+    this.#record = recordSmtpWords(ledger, systemClock);
+  }
+
+  readonly refuse = ({ recipients }: { readonly recipients: readonly string[] }) => this.refuses(recipients);
+
+  readonly listener: SinkWordListener = async (effect, word) => {
+    await this.#pass(effect, word);
+    if (word.outcome === 'rejected') await this.beforeRefusal();
+  };
+
+  async #pass(effect: EffectContext, word: SinkWord): Promise<void> {
+    switch (this.fault) {
+      case WordFault.OnTime:
+        this.answers.push(await this.#record(effect, word));
+        return;
+      case WordFault.Late:
+        this.#held.push({ effect, word });
+        return;
+      case WordFault.Lost:
+        this.lost++;
+        return;
+      case WordFault.Duplicated:
+        this.answers.push(await this.#record(effect, word));
+        this.answers.push(await this.#record(effect, word));
+        return;
+      default: {
+        const never: never = this.fault;
+        throw new Error(`unknown word fault ${String(never)}`);
+      }
+    }
+  }
+
+  /** Writes the words kept back, in the order the sink gave them; returns how many. */
+  async release(): Promise<number> {
+    const held = this.#held.splice(0);
+    for (const { effect, word } of held) this.answers.push(await this.#record(effect, word));
+    return held.length;
+  }
 }
 
 /** The window of "now" by the system clock, as the scheduler would stamp it. */
@@ -191,9 +291,10 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
 
   /** One scenario's store, sink and slot, torn down when the test ends whatever its outcome. */
   async function setUp(total: number) {
-    const [store, sink, emails] = await Promise.all([
-      backend.freshStore(),
-      startSmtpSink(),
+    const store = await backend.freshStore();
+    const words = new WordChannel(store.backend.ledger);
+    const [sink, emails] = await Promise.all([
+      startSmtpSink({ onWord: words.listener, refuse: words.refuse }),
       emailsByKey(total),
     ]);
     const window = currentWindow();
@@ -221,24 +322,90 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
     };
     /**
      * Runs the weekly report in this process, as the replica that takes over: a Scheduler retry of
-     * the window, or `message` (a shard's message delivered again).
+     * the window, or `message` (a shard's message delivered again), settling what is in doubt per
+     * `resolution` (the runtime's default, none, unless given).
      */
-    const survivor = async (name: string, clock: Clock, message?: Record<string, unknown>) => {
+    const survivor = async (
+      name: string,
+      clock: Clock,
+      options: {
+        readonly message?: Record<string, unknown>;
+        readonly resolution?: InDoubtResolution;
+        readonly emf?: EmfRecorder;
+      } = {},
+    ) => {
       const smtp = smtpSender({ host: sink.host, port: sink.port });
-      const emf = new EmfRecorder();
+      const emf = options.emf ?? new EmfRecorder();
       const { handler } = testHandler(
         weeklyReportJob({ customers: () => syntheticCustomers(total), sender: smtp }),
         store.backend,
-        { clock, emf },
+        {
+          clock,
+          emf,
+          ...(options.resolution ? { run: { inDoubtResolution: options.resolution } } : {}),
+        },
       );
       try {
-        const event = message ?? schedulerEvent(JOB, window, 2, `exec-${name}`);
+        const event = options.message ?? schedulerEvent(JOB, window, 2, `exec-${name}`);
         const result = await handler(event, invocation(name));
         return { result, takeovers: emf.sum('LeaseTakeover') };
       } finally {
         smtp.close();
       }
     };
+    /**
+     * The survivor, and the window's message each time it comes back, until the window (or shard)
+     * is over: a run that yields (waiting for a word, or for the retry of what it sent again) is
+     * delivered again at its `resumeAfter`, which `clock` is moved to. `between` runs after each
+     * yield, before the clock moves. Every run's metrics go to one recorder.
+     */
+    const settle = async (
+      name: string,
+      clock: ManualClock,
+      options: {
+        readonly resolution: InDoubtResolution;
+        readonly message?: Record<string, unknown>;
+        readonly between?: (run: number) => Promise<void>;
+      },
+    ) => {
+      const emf = new EmfRecorder();
+      const results: HandlerResponse[] = [];
+      for (let run = 0; run < 10; run++) {
+        const { result } = await survivor(`${name}-${run}`, clock, { ...options, emf });
+        results.push(result);
+        if (result.status !== 'yielded') break;
+        await options.between?.(run);
+        await clock.advance(Math.max(0, (result.resumeAfter ?? clock.now()) - clock.now()));
+      }
+      const resolved = {
+        confirmed: emf.sum('InDoubtConfirmed'),
+        rejected: emf.sum('InDoubtRejected'),
+        resent: emf.sum('InDoubtResent'),
+      };
+      return { results, emf, resolved, last: results.at(-1) };
+    };
+    /**
+     * What the killed replica (epoch 1) left, read once it is dead and before anyone takes over:
+     * its marks, and its reservations in doubt (`inDoubt` of them) split by what the sink did with
+     * each: accepted (the sink has the email), refused, and never handed to it.
+     */
+    const leftByTheDead = async () => {
+      // What the dead replica handed over before it died is answered, and its word told, first.
+      await sink.idle();
+      const tally = await ledger();
+      const inDoubt = tally.emailsOf(EffectState.Reserved, 1);
+      const accepted = (email: string) => (sink.received.get(email) ?? 0) > 0;
+      const refused = (email: string) => !accepted(email) && (sink.refused.get(email) ?? 0) > 0;
+      return {
+        done: tally.count(EffectState.Done, 1),
+        inDoubt: inDoubt.length,
+        accepted: inDoubt.filter(accepted),
+        refused: inDoubt.filter(refused),
+        never: inDoubt.filter((email) => !accepted(email) && !refused(email)),
+      };
+    };
+    /** A survivor's clock that the test moves: from the clock the lease was ended for. */
+    const takeoverClock = async (at: Slot = slot) => new ManualClock((await store.expireLease(at, 0)).now());
     /**
      * Fires the window in this process at a job split into `shards`: its coordinator's fan-out is
      * kept, one message body per shard, as the work queue would carry them to the shard workers.
@@ -268,40 +435,80 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
       return { result, bodies };
     };
     const ledger = () => LedgerTally.read(store.backend, slot, emails);
-    return { store, sink, emails, window, slot, replica, survivor, coordinator, ledger };
+    return {
+      store,
+      sink,
+      words,
+      emails,
+      window,
+      slot,
+      replica,
+      survivor,
+      settle,
+      leftByTheDead,
+      takeoverClock,
+      coordinator,
+      ledger,
+    };
   }
 
+  type Scenario = Awaited<ReturnType<typeof setUp>>;
+  type LeftByTheDead = Awaited<ReturnType<Scenario['leftByTheDead']>>;
+  type Settled = Awaited<ReturnType<Scenario['settle']>>;
+
   /**
-   * Checks a survivor's takeover from a replica that was killed, against the ledger and the sink:
-   * every effect is done (by the dead replica or the survivor) or in doubt, each done recipient got
-   * exactly one email, each in-doubt one got at most one, and nobody got two.
+   * Checks a survivor's takeover from a replica that was killed, and the runs after it, against the
+   * ledger and the sink: the takeover's walk skipped the dead replica's marks and found its
+   * reservations in doubt; each was settled from the sink's word on it (confirmed: the sink had the
+   * email; rejected: it refused it; sent again: it never had it); the window ended DONE with nothing
+   * in doubt, and every recipient got exactly one email.
    */
-  async function assertTakeover(
-    { sink, ledger }: Awaited<ReturnType<typeof setUp>>,
+  async function assertSettled(
+    scenario: Scenario,
     total: number,
     killed: ReplicaExit,
-    survivor: { result: HandlerResponse; takeovers: number },
+    left: LeftByTheDead,
+    settled: Settled,
   ) {
     expect(killed.signal).toBe('SIGKILL');
-    const summary = summaryOf(survivor.result, 'completed', 2);
-    expect(survivor.takeovers).toBe(1);
-    const tally = await ledger();
-    expect(tally.records).toHaveLength(total);
-    // What the survivor counted is what the ledger holds: the dead replica's marks, its
-    // reservations without a mark, and the survivor's own marks. Nothing here was refused.
-    expect({
-      skipped: summary.skipped,
-      inDoubt: summary.inDoubt,
-      done: summary.done,
-      failed: summary.failed,
-    }).toEqual({
-      skipped: tally.count(EffectState.Done, 1),
-      inDoubt: tally.count(EffectState.Reserved, 1),
-      done: tally.count(EffectState.Done, 2),
+    const [takeover] = settled.results;
+    expect(takeover).toMatchObject({ epoch: 2 });
+    expect(settled.emf.sum('LeaseTakeover')).toBe(1);
+    const walk = takeover && 'summary' in takeover ? takeover.summary : undefined;
+    // The takeover's walk found what the dead replica left: its marks, and its reservations.
+    expect({ skipped: walk?.skipped, inDoubt: walk?.inDoubt, failed: walk?.failed }).toEqual({
+      skipped: left.done,
+      inDoubt: left.inDoubt,
       failed: 0,
     });
-    const { doubtful } = assertAgainstSink(sink, tally, total, summary);
-    return { summary, tally, doubtful };
+    expect(settled.resolved).toEqual({
+      confirmed: left.accepted.length,
+      rejected: left.refused.length,
+      resent: left.never.length,
+    });
+    expect(settled.last).toMatchObject({
+      status: 'completed',
+      state: 'DONE',
+      window: { done: total, inDoubt: 0, failed: 0 },
+    });
+    // Nothing left for a person: the alarmed count is 0.
+    expect(settled.emf.sum('EffectInDoubt')).toBe(0);
+    const tally = await scenario.ledger();
+    expect(tally.records).toHaveLength(total);
+    expect(tally.count(EffectState.Done)).toBe(total);
+    expect(receipts(scenario.sink, [...scenario.emails.values()])).toEqual({ none: 0, once: total, more: 0 });
+    expect(scenario.sink.total()).toBe(total);
+    return walk;
+  }
+
+  /** The settle of what a killed replica left in doubt, in words. */
+  function settledLine(left: LeftByTheDead, settled: Settled): string {
+    const { confirmed, rejected, resent } = settled.resolved;
+    return (
+      `left in doubt ${left.inDoubt} (${left.accepted.length} accepted by the sink, ${left.refused.length} refused, ` +
+      `${left.never.length} never handed to it): ${confirmed} confirmed, ${rejected} rejected, ${resent} sent again, ` +
+      `over ${settled.results.length} runs`
+    );
   }
 
   describe(`fault matrix on ${backend.name}: replicas as real processes, email over real SMTP`, () => {
@@ -316,17 +523,20 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
       expect(dead.claims).toEqual([{ kind: 'claimed', epoch: 1, via: 'new' }]);
       expect(scenario.sink.total()).toBe(0);
 
-      const clock = await scenario.store.expireLease(scenario.slot, 0);
-      const survivor = await scenario.survivor('survivor', clock);
-      const { summary } = await assertTakeover(scenario, total, killed, survivor);
-      expect(summary).toMatchObject({ done: total, skipped: 0, inDoubt: 0, failed: 0 });
-      expect(scenario.sink.total()).toBe(total);
+      const left = await scenario.leftByTheDead();
+      expect(left).toEqual({ done: 0, inDoubt: 0, accepted: [], refused: [], never: [] });
+      const settled = await scenario.settle('survivor', await scenario.takeoverClock(), {
+        resolution: LOCAL_RESOLUTION,
+      });
+      const walk = await assertSettled(scenario, total, killed, left, settled);
+      expect(settled.results).toHaveLength(1);
+      expect(walk).toMatchObject({ done: total, skipped: 0, inDoubt: 0, failed: 0 });
       console.info(
-        `${tag} 1 crash between claim and first effect: survivor took over at epoch 2: ${summaryLine(summary)}; ${sinkLine(scenario.sink)}`,
+        `${tag} 1 crash between claim and first effect: survivor took over at epoch 2: ${summaryLine(walk!)}; ${sinkLine(scenario.sink)}`,
       );
     });
 
-    it('never emails the recipient whose replica was killed between reserving and sending: it is in doubt, and not done = in doubt + failed', async () => {
+    it("emails once, by the retry, the recipient whose replica was killed between reserving and sending: in doubt with no word on the sink's record, it is sent again", async () => {
       const total = 300;
       const scenario = await setUp(total);
       const dead = scenario.replica('killed-after-reserve', {
@@ -335,23 +545,23 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
       const killed = await dead.exited;
       const crashed = killed.crash;
       expect(crashed).toMatchObject({ point: CrashPoint.AfterReserve, n: 120 });
+      // The recipient it died over is in doubt, and got nothing: no word on the sink's record.
+      const left = await scenario.leftByTheDead();
+      expect(left.never).toContain(crashed?.email);
 
-      const clock = await scenario.store.expireLease(scenario.slot, 0);
-      const survivor = await scenario.survivor('survivor', clock);
-      const { summary, doubtful, tally } = await assertTakeover(scenario, total, killed, survivor);
-      // The recipient it died over is in doubt, and got nothing.
-      expect(tally.emailsOf(EffectState.Reserved, 1)).toContain(crashed?.email);
-      expect(scenario.sink.received.get(crashed?.email ?? '')).toBeUndefined();
-      expect(doubtful.none).toBeGreaterThanOrEqual(1);
-      expect(summary.inDoubt).toBeGreaterThanOrEqual(1);
+      const settled = await scenario.settle('survivor', await scenario.takeoverClock(), {
+        resolution: LOCAL_RESOLUTION,
+      });
+      const walk = await assertSettled(scenario, total, killed, left, settled);
+      // Sent again, by the window's retry: it got the one email.
+      expect(scenario.sink.received.get(crashed?.email ?? '')).toBe(1);
       console.info(
         `${tag} 2 crash between reservation and send (#${crashed?.n}, ${dead.sent.length} reported sent): ` +
-          `survivor ${summaryLine(summary)}; in doubt: ${doubtful.none} got nothing (the crashed one among them), ` +
-          `${doubtful.once} got one; ${sinkLine(scenario.sink)}`,
+          `survivor ${summaryLine(walk!)}; ${settledLine(left, settled)}; ${sinkLine(scenario.sink)}`,
       );
     });
 
-    it('does not email again a recipient whose replica was killed between sending and marking it done: it is in doubt, with one email', async () => {
+    it("does not email again a recipient whose replica was killed between sending and marking it done: the sink's record confirms it", async () => {
       const total = 300;
       const scenario = await setUp(total);
       const dead = scenario.replica('killed-after-send', { crash: { point: CrashPoint.AfterSend, at: 120 } });
@@ -359,20 +569,21 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
       const crashed = killed.crash;
       expect(crashed).toMatchObject({ point: CrashPoint.AfterSend, n: 120 });
       expect(dead.sent).toHaveLength(120);
+      // Sent, never marked: in doubt, with its word on the sink's record.
+      const left = await scenario.leftByTheDead();
+      expect(left.accepted).toContain(crashed?.email);
 
-      const clock = await scenario.store.expireLease(scenario.slot, 0);
-      const survivor = await scenario.survivor('survivor', clock);
-      const { summary, doubtful, tally } = await assertTakeover(scenario, total, killed, survivor);
-      // Sent, never marked: in doubt, and it got exactly the one email.
-      expect(tally.emailsOf(EffectState.Reserved, 1)).toContain(crashed?.email);
+      const settled = await scenario.settle('survivor', await scenario.takeoverClock(), {
+        resolution: LOCAL_RESOLUTION,
+      });
+      const walk = await assertSettled(scenario, total, killed, left, settled);
+      // Confirmed, not sent again: it got exactly the one email.
       expect(scenario.sink.received.get(crashed?.email ?? '')).toBe(1);
-      expect(doubtful.once).toBeGreaterThanOrEqual(1);
       // Everything the dead replica saw accepted reached its recipient once, never twice.
       expect(receipts(scenario.sink, dead.sent)).toEqual({ none: 0, once: dead.sent.length, more: 0 });
       console.info(
-        `${tag} 3 crash between send and mark (#${crashed?.n}): survivor ${summaryLine(summary)}; ` +
-          `in doubt: ${doubtful.once} got one email (the crashed one among them), ${doubtful.none} got nothing; ` +
-          `${sinkLine(scenario.sink)}`,
+        `${tag} 3 crash between send and mark (#${crashed?.n}): survivor ${summaryLine(walk!)}; ` +
+          `${settledLine(left, settled)}; ${sinkLine(scenario.sink)}`,
       );
     });
 
@@ -588,13 +799,28 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
       });
       expect(sink.duplicates()).toBe(0);
 
-      // The dead worker's message comes back after its lease: a takeover of that shard alone.
+      // The email the worker died over was sent and never marked: in doubt, on the sink's record.
+      const left = await scenario.leftByTheDead();
+      expect(left.accepted).toContain(dead?.crash?.email);
+
+      // The dead worker's message comes back after its lease: a takeover of that shard alone,
+      // which settles what the worker left in doubt from the sink's record.
       const deadShard: Slot = { ...slot, shard: killed };
-      const clock = await store.expireLease(deadShard, 0);
+      const clock = await scenario.takeoverClock(deadShard);
       const message = JSON.parse(coordinated.bodies[killed] ?? '{}') as Record<string, unknown>;
-      const survivor = await scenario.survivor('survivor', clock, message);
-      const taken = summaryOf(survivor.result, 'completed', 2);
-      expect(survivor.takeovers).toBe(1);
+      const settled = await scenario.settle('survivor', clock, { resolution: LOCAL_RESOLUTION, message });
+      const [takeover] = settled.results;
+      expect(takeover).toMatchObject({ epoch: 2 });
+      expect(settled.emf.sum('LeaseTakeover')).toBe(1);
+      const taken = takeover && 'summary' in takeover ? takeover.summary : undefined;
+      expect(taken?.inDoubt).toBe(left.inDoubt);
+      expect(settled.resolved).toEqual({
+        confirmed: left.accepted.length,
+        rejected: 0,
+        resent: left.never.length,
+      });
+      expect(settled.last).toMatchObject({ status: 'completed', state: 'DONE' });
+      const shardRuns = settled.results.length;
 
       const window = await store.backend.claims.read(slot);
       expect(window).toMatchObject({
@@ -605,32 +831,30 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
         Array.from({ length: shards }, (_, shard) => store.backend.claims.read({ ...slot, shard })),
       );
       expect(shardRecords.map((r) => `${r?.state} ${r?.epoch}`)).toEqual(
-        shardRecords.map((_, shard) => `DONE ${shard === killed ? 2 : 1}`),
+        shardRecords.map((_, shard) => `DONE ${shard === killed ? 1 + shardRuns : 1}`),
       );
       const summary = window?.summary;
       // One summary for the window: the whole ledger, every shard's runs.
       const tally = await scenario.ledger();
       expect(tally.records).toHaveLength(total);
       expect(tally.records.filter((r) => r.shard !== shardOfKeyHash(r.keyHash, shards))).toEqual([]);
-      expect(summary).toMatchObject({
-        done: tally.count(EffectState.Done),
-        inDoubt: tally.count(EffectState.Reserved),
-        failed: 0,
-        runs: shards + 1,
-      });
-      // The email the worker died over was sent and never marked: in doubt, and received once.
-      const { done, inDoubt, doubtful } = assertAgainstSink(sink, tally, total, {
+      // Nothing left in doubt: every recipient one email, the one the worker died over too.
+      expect(summary).toMatchObject({ done: total, inDoubt: 0, failed: 0, runs: shards + shardRuns });
+      expect(tally.count(EffectState.Done)).toBe(total);
+      const { done, doubtful } = assertAgainstSink(sink, tally, total, {
         inDoubt: summary?.inDoubt ?? Number.NaN,
         failed: summary?.failed ?? Number.NaN,
       });
-      expect(inDoubt).toContain(dead?.crash?.email);
-      expect(taken.inDoubt).toBe(inDoubt.length);
+      expect(done).toHaveLength(total);
+      expect(sink.received.get(dead?.crash?.email ?? '')).toBe(1);
 
       // Finished once: every shard's message again, and a late Scheduler retry, stand down and
       // leave the window's record as it is.
       const repeats = await Promise.all(
         coordinated.bodies.map((body, shard) =>
-          scenario.survivor(`repeat-${shard}`, clock, JSON.parse(body) as Record<string, unknown>),
+          scenario.survivor(`repeat-${shard}`, clock, {
+            message: JSON.parse(body) as Record<string, unknown>,
+          }),
         ),
       );
       const late = await scenario.survivor('late-retry', clock);
@@ -648,9 +872,188 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
           .map((exit) => (exit.result && 'summary' in exit.result ? exit.result.summary.done : '?'))
           .join(
             '/',
-          )} done; survivor took shard ${killed} over at epoch 2: ${summaryLine(taken)}; window DONE once ` +
-          `(done ${summary?.done}, in doubt ${summary?.inDoubt}: ${doubtful.once} got one email, ${doubtful.none} none; ` +
+          )} done; survivor took shard ${killed} over at epoch 2: ${taken ? summaryLine(taken) : '?'}; ` +
+          `${settledLine(left, settled)}; window DONE once (done ${summary?.done}, in doubt ${summary?.inDoubt}, ` +
           `runs ${summary?.runs}); ${sinkLine(sink)}`,
+      );
+    });
+
+    /**
+     * A replica killed right after its 120th email was accepted, with the words on its emails
+     * `fault` (the survivor's own on time, or twice for `duplicated`), then a survivor settling what
+     * it left per `resolution`; `between` runs after each of the survivor's runs that yields.
+     */
+    async function killedWithWords(
+      fault: WordFault,
+      resolution: InDoubtResolution,
+      between?: (scenario: Scenario, run: number) => Promise<void>,
+    ) {
+      const total = 300;
+      const scenario = await setUp(total);
+      scenario.words.fault = fault;
+      const dead = scenario.replica(`killed-words-${fault}`, {
+        crash: { point: CrashPoint.AfterSend, at: 120 },
+      });
+      const killed = await dead.exited;
+      expect(killed.crash).toMatchObject({ point: CrashPoint.AfterSend, n: 120 });
+      const left = await scenario.leftByTheDead();
+      // The email it died over was accepted: at least one in doubt is on the sink's record.
+      expect(left.accepted).toContain(killed.crash?.email);
+      const acceptedFromTheDead = scenario.sink.total();
+      if (fault !== WordFault.Duplicated) scenario.words.fault = WordFault.OnTime;
+      const clock = await scenario.takeoverClock();
+      const settled = await scenario.settle('survivor', clock, {
+        resolution,
+        ...(between ? { between: (run: number) => between(scenario, run) } : {}),
+      });
+      return { scenario, total, killed, left, settled, clock, acceptedFromTheDead };
+    }
+
+    it("settles with nothing in doubt and nobody emailed twice when the provider's words arrive after the takeover's first look", async () => {
+      let inDoubtAtFirstLook = -1;
+      let released: ProviderWordOutcome[] = [];
+      const { scenario, total, killed, left, settled, acceptedFromTheDead } = await killedWithWords(
+        WordFault.Late,
+        { graceMs: LONG_GRACE_MS, afterGrace: AfterGrace.Resend },
+        async ({ ledger, words }, run) => {
+          if (run !== 0) return;
+          // The first look found no word, inside the grace period: it settled nothing and yielded.
+          inDoubtAtFirstLook = (await ledger()).count(EffectState.Reserved, 1);
+          const written = words.answers.length;
+          await words.release();
+          released = words.answers.slice(written);
+        },
+      );
+      expect(settled.results[0]).toMatchObject({ status: 'yielded', reason: 'retry-wait' });
+      expect(inDoubtAtFirstLook).toBe(left.inDoubt);
+      // Every word the dead replica's emails earned arrived late, all at once: those of its marked
+      // effects found them done; those in doubt were written, and confirmed at the next look.
+      expect(released).toHaveLength(acceptedFromTheDead);
+      expect(released.filter((answer) => answer === 'recorded')).toHaveLength(left.accepted.length);
+      expect(released.filter((answer) => answer === 'done')).toHaveLength(
+        acceptedFromTheDead - left.accepted.length,
+      );
+      await assertSettled(scenario, total, killed, left, settled);
+      console.info(
+        `${tag} 10 words late (${released.length} released after the takeover's first look): ${settledLine(left, settled)}; ` +
+          `${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it('keeps in doubt, for a person, the effects whose words are lost when the job reports after the grace period: none emailed twice, none sent again', async () => {
+      const { scenario, total, left, settled, clock, acceptedFromTheDead } = await killedWithWords(
+        WordFault.Lost,
+        { graceMs: LONG_GRACE_MS, afterGrace: AfterGrace.Report },
+      );
+      const inDoubt = left.inDoubt;
+      expect(scenario.words.lost).toBe(acceptedFromTheDead);
+      expect(settled.resolved).toEqual({ confirmed: 0, rejected: 0, resent: 0 });
+      // The window waited out the grace period, then finished with them in doubt, and paged once.
+      expect(settled.last).toMatchObject({
+        status: 'completed',
+        state: 'DONE',
+        window: { done: total - inDoubt, inDoubt, failed: 0 },
+      });
+      expect(settled.emf.sum('EffectInDoubt')).toBe(inDoubt);
+      const tally = await scenario.ledger();
+      const kept = tally.records.filter((r) => r.state === EffectState.Reserved && r.epoch === 1);
+      expect(kept).toHaveLength(inDoubt);
+      const lastReserved = Math.max(...kept.map((r) => r.reservedAt ?? Number.POSITIVE_INFINITY));
+      expect(clock.now()).toBeGreaterThanOrEqual(lastReserved + LONG_GRACE_MS);
+      // Nobody got two; the accepted ones got their one email, the others none, and wait for a person.
+      expect(receipts(scenario.sink, left.accepted)).toEqual({
+        none: 0,
+        once: left.accepted.length,
+        more: 0,
+      });
+      expect(receipts(scenario.sink, left.never)).toEqual({ none: left.never.length, once: 0, more: 0 });
+      expect(scenario.sink.duplicates()).toBe(0);
+      expect(scenario.sink.total()).toBe(total - left.never.length);
+      console.info(
+        `${tag} 10 words lost, afterGrace report: ${settledLine(left, settled)}; ${inDoubt} kept in doubt ` +
+          `(${left.accepted.length} had their email, ${left.never.length} had none); ${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it("emails twice exactly the recipients whose email was accepted but whose word was lost, when the job re-sends after the grace period: the documented risk of 'resend'", async () => {
+      const { scenario, total, left, settled } = await killedWithWords(WordFault.Lost, {
+        graceMs: LONG_GRACE_MS,
+        afterGrace: AfterGrace.Resend,
+      });
+      const inDoubt = left.inDoubt;
+      expect(settled.resolved).toEqual({ confirmed: 0, rejected: 0, resent: inDoubt });
+      expect(settled.last).toMatchObject({
+        status: 'completed',
+        state: 'DONE',
+        window: { done: total, inDoubt: 0, failed: 0 },
+      });
+      // Every one sent again: those the sink had get a second email, exactly those.
+      expect(receipts(scenario.sink, left.accepted)).toEqual({
+        none: 0,
+        once: 0,
+        more: left.accepted.length,
+      });
+      expect(receipts(scenario.sink, left.never)).toEqual({ none: 0, once: left.never.length, more: 0 });
+      expect(scenario.sink.duplicates()).toBe(left.accepted.length);
+      expect(scenario.sink.total()).toBe(total + left.accepted.length);
+      expect(scenario.sink.received.size).toBe(total);
+      console.info(
+        `${tag} 10 words lost, afterGrace resend: ${settledLine(left, settled)}; ` +
+          `${left.accepted.length} emailed twice (accepted, word lost); ${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it('settles exactly as with one word when every word is recorded twice: nothing in doubt, nobody emailed twice', async () => {
+      const { scenario, total, killed, left, settled } = await killedWithWords(
+        WordFault.Duplicated,
+        LOCAL_RESOLUTION,
+      );
+      await assertSettled(scenario, total, killed, left, settled);
+      // Each accepted email's word written twice, both times on the reservation that sent it.
+      expect(scenario.words.answers).toHaveLength(2 * scenario.sink.total());
+      expect(scenario.words.answers.every((answer) => answer === 'recorded')).toBe(true);
+      console.info(
+        `${tag} 10 words duplicated (${scenario.words.answers.length} writes, all 'recorded'): ${settledLine(left, settled)}; ` +
+          `${sinkLine(scenario.sink)}`,
+      );
+    });
+
+    it("emails once, by the retry, the recipient whose email the provider refused when its replica was killed before hearing the refusal: the word 'rejected' settles it", async () => {
+      const total = 300;
+      const scenario = await setUp(total);
+      const refused: string[] = [];
+      let handed = 0;
+      scenario.words.refuses = (recipients) => {
+        if (++handed !== 120) return false;
+        refused.push(...recipients);
+        return true;
+      };
+      let dead: Replica | undefined;
+      scenario.words.beforeRefusal = async () => {
+        // The refusal is on record; its sender dies before it hears it, so never records the failure.
+        dead?.process.kill('SIGKILL');
+        await dead?.exited;
+      };
+      dead = scenario.replica('killed-before-refusal');
+      const killed = await dead.exited;
+      expect(refused).toHaveLength(1);
+      const [refusedEmail] = refused;
+      const left = await scenario.leftByTheDead();
+      expect(left.refused).toEqual(refused);
+      expect(scenario.words.answers.filter((answer) => answer !== 'recorded')).toEqual([]);
+
+      const settled = await scenario.settle('survivor', await scenario.takeoverClock(), {
+        resolution: LOCAL_RESOLUTION,
+      });
+      const walk = await assertSettled(scenario, total, killed, left, settled);
+      // Refused once, then sent by the window's retry: one email, and its record done.
+      expect(scenario.sink.refused.get(refusedEmail ?? '')).toBe(1);
+      expect(scenario.sink.received.get(refusedEmail ?? '')).toBe(1);
+      const tally = await scenario.ledger();
+      expect(tally.emailsOf(EffectState.Done).filter((email) => email === refusedEmail)).toHaveLength(1);
+      console.info(
+        `${tag} 11 word rejected, replica killed before hearing the refusal: survivor ${summaryLine(walk!)}; ` +
+          `${settledLine(left, settled)}; ${sinkLine(scenario.sink)}`,
       );
     });
 

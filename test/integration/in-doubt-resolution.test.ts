@@ -46,10 +46,11 @@ function countingMetrics() {
 }
 
 /**
- * The window after a run (epoch 1) reserved r0, r1 and r2 and died before sending or recording any
- * of them, its lease run out; `words` are what the provider said of each by key.
+ * The window after a run (epoch 1) reserved r0, r1 and r2 (`spreadMs` apart) and died before
+ * sending or recording any of them, its lease run out; `words` are what the provider said of each
+ * by key.
  */
-async function windowLeftInDoubt(words: Readonly<Record<string, ProviderWord['outcome']>>) {
+async function windowLeftInDoubt(words: Readonly<Record<string, ProviderWord['outcome']>>, spreadMs = 0) {
   const clock = new ManualClock(START);
   const backend = memoryBackend({ hashKey });
   const claimed = await backend.claims.claim(
@@ -66,8 +67,8 @@ async function windowLeftInDoubt(words: Readonly<Record<string, ProviderWord['ou
   );
   if (claimed.kind !== 'claimed') throw new Error(claimed.kind);
   const died: Claim = claimed.claim;
-  for (const to of RECIPIENTS.slice(0, 3)) {
-    await backend.ledger.reserve(died, hashKey(to), { rerunInDoubt: false, now: START });
+  for (const [i, to] of RECIPIENTS.slice(0, 3).entries()) {
+    await backend.ledger.reserve(died, hashKey(to), { rerunInDoubt: false, now: START + i * spreadMs });
   }
   for (const [to, outcome] of Object.entries(words)) {
     await backend.ledger.recordProviderWord(SLOT, hashKey(to), {
@@ -186,6 +187,18 @@ describe("effects in doubt, settled by the provider's word", () => {
     expect(sent.sort()).toEqual(['r1@example.test', 'r2@example.test', 'r3@example.test', 'r4@example.test']);
     expect(last).toMatchObject({ status: 'completed', window: { done: 5, inDoubt: 0 } });
     expect([count('InDoubtResent'), count('EffectInDoubt')]).toEqual([2, 0]);
+  });
+
+  it('looks again once for effects reserved moments apart, not once for each: a run per look, not a run per effect', async () => {
+    const { clock, backend } = await windowLeftInDoubt({}, 2_000);
+    const { results, last } = await runToTheEnd(backend, clock, { graceMs: HOUR });
+    // Each look waits for the last reservation's: the first one's is due 4 s before it.
+    const waits = results.flatMap((r) =>
+      r.status === 'yielded' && r.resumeAfter ? [r.resumeAfter - START] : [],
+    );
+    expect(waits).toEqual([64_000, 304_000, HOUR + 4_000]);
+    expect(results).toHaveLength(4);
+    expect(last).toMatchObject({ status: 'completed', window: { done: 2, inDoubt: 3 } });
   });
 
   it('waits for nothing without a grace period, yet still applies the words on record', async () => {
