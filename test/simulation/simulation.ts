@@ -24,13 +24,8 @@ import {
   WINDOW,
 } from './scenario.js';
 import { type ActorRole, SimActor } from './sim-actor.js';
-import {
-  type FaultCounts,
-  MailProvider,
-  type NetworkWorld,
-  SimulatedNetwork,
-  SimulatedSender,
-} from './sim-network.js';
+import { type FaultCounts, type NetworkWorld, SimulatedNetwork } from './sim-network.js';
+import { MailProvider, type ProviderWorld, SimulatedSender } from './sim-provider.js';
 import { type QueueMessage, type QueueWorld, type Receipt, SimWorkQueue } from './sim-work-queue.js';
 import { indexOfPosition, positionOf, StoreWatch } from './store-watch.js';
 
@@ -143,7 +138,7 @@ interface WorldEvent {
   readonly fn: () => void;
 }
 
-class World implements NetworkWorld, QueueWorld {
+class World implements NetworkWorld, QueueWorld, ProviderWorld {
   now = 0;
   readonly trace = new Trace();
   readonly provider = new MailProvider();
@@ -236,12 +231,14 @@ class World implements NetworkWorld, QueueWorld {
     this.watch.applied(actor, request, reply, this.now);
   }
 
-  alwaysRefuses(to: string): boolean {
-    return this.#alwaysRefused.has(to);
-  }
-
   at(at: number, fn: () => void, options: { wakes?: boolean | (() => boolean) } = {}): void {
     this.#events.push({ at, seq: this.#seq++, wakes: options.wakes ?? true, fn });
+  }
+
+  // ProviderWorld
+
+  alwaysRefuses(to: string): boolean {
+    return this.#alwaysRefused.has(to);
   }
 
   // QueueWorld
