@@ -16,6 +16,8 @@ export interface NetworkWorld {
   readonly faults: FaultCounts;
   /** A request was applied to the table, by `actor`, with this reply: the store's observer looks at it. */
   applied(actor: SimActor, request: MemoryRequest, reply: unknown): void;
+  /** A client handed its caller this reply to `request`: what the caller heard. */
+  replied(request: MemoryRequest, reply: unknown): void;
 }
 
 /** Faults that struck in one case, for the run's statistics. */
@@ -86,6 +88,7 @@ export class SimulatedNetwork implements MemoryTransport {
       if ((request.operation === 'claim' || request.operation === 'renew') && isCommitted(reply)) {
         actor.onHeartbeat?.();
       }
+      this.#world.replied(request, reply);
       return reply;
     }
     if (!landed) op.landed();
