@@ -1,4 +1,9 @@
 /**
+ * `npm run bench:stream -- --shards 8 [--recipients 1000000] [--backend dynamodb,postgres]
+ * [--send-ms 50] [--concurrency 64] [--lambda-timeout 900]`: one window split into shards, each run
+ * by worker processes, against 1 shard in the same run (bench/shards.ts); the rows go to
+ * docs/benchmarks.md's Shards section.
+ *
  * `npm run bench:stream -- --recipients 1000000 [--backend postgres|dynamodb] [--concurrency 64]`:
  * one replica streams a whole window through the real runtime, in its own process, while the store
  * (embedded PostgreSQL, or dynalite on its own thread) and the SMTP sink run elsewhere, so the
@@ -26,16 +31,54 @@ const { startReplica } = await import('../test/helpers/replica-process.js');
 const { values } = parseArgs({
   options: {
     recipients: { type: 'string', default: '1000000' },
-    backend: { type: 'string', default: 'postgres' },
+    backend: { type: 'string' },
     concurrency: { type: 'string', default: '64' },
     every: { type: 'string', default: '5000' },
-    out: { type: 'string', default: 'docs/benchmarks-stream.md' },
+    out: { type: 'string' },
+    shards: { type: 'string' },
+    'send-ms': { type: 'string', default: '50' },
+    'lambda-timeout': { type: 'string', default: '900' },
   },
 });
 const RECIPIENTS = Number(values.recipients);
 const CONCURRENCY = Number(values.concurrency);
+
+if (values.shards !== undefined) {
+  const shards = Number(values.shards);
+  const sendMs = Number(values['send-ms']);
+  const lambdaTimeout = Number(values['lambda-timeout']);
+  const backends = (values.backend ?? 'dynamodb,postgres').split(',');
+  const bad = [
+    !(Number.isInteger(shards) && shards >= 2 && shards <= 1000) &&
+      `--shards is ${JSON.stringify(values.shards)}; give the shard count to set against 1 shard, 2 to 1000, such as 8`,
+    !(Number.isInteger(RECIPIENTS) && RECIPIENTS >= 1) &&
+      `--recipients is ${JSON.stringify(values.recipients)}; give a whole number of at least 1`,
+    !(Number.isInteger(CONCURRENCY) && CONCURRENCY >= 1) &&
+      `--concurrency is ${JSON.stringify(values.concurrency)}; give a whole number of at least 1`,
+    !(sendMs >= 0) &&
+      `--send-ms is ${JSON.stringify(values['send-ms'])}; give milliseconds per send, such as 50`,
+    !(Number.isInteger(lambdaTimeout) && lambdaTimeout >= 1 && lambdaTimeout <= 900) &&
+      `--lambda-timeout is ${JSON.stringify(values['lambda-timeout'])}; give whole seconds from 1 to 900`,
+    backends.some((b) => b !== 'dynamodb' && b !== 'postgres') &&
+      `--backend is ${JSON.stringify(values.backend)}; use dynamodb, postgres or dynamodb,postgres`,
+  ].filter((problem) => typeof problem === 'string');
+  if (bad.length > 0) throw new Error(bad.join('\n'));
+  const { runShardBench } = await import('./shards.js');
+  await runShardBench({
+    shards,
+    recipients: RECIPIENTS,
+    backends: backends as ('dynamodb' | 'postgres')[],
+    sendMs,
+    concurrency: CONCURRENCY,
+    lambdaTimeoutMs: lambdaTimeout * 1000,
+    out: values.out ?? 'docs/benchmarks.md',
+  });
+  process.exit(0);
+}
+
 const EVERY = Number(values.every);
-const BACKEND = values.backend;
+const BACKEND = values.backend ?? 'postgres';
+const OUT = values.out ?? 'docs/benchmarks-stream.md';
 if (BACKEND !== 'postgres' && BACKEND !== 'dynamodb') {
   throw new Error(`--backend is ${JSON.stringify(BACKEND)}; use postgres or dynamodb`);
 }
@@ -128,9 +171,9 @@ const row =
   `${mb(first?.bytes ?? 0)} → ${mb(last?.bytes ?? 0)} MB | ${mb(first?.heapBytes ?? 0)} → ${mb(last?.heapBytes ?? 0)} MB | ` +
   `${((exit.usage?.cpuMs ?? 0) / 1000 / (RECIPIENTS / 1000)).toFixed(2)} s | ${cpus().length} × ${cpus()[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version} |`;
 
-if (!existsSync(values.out) || !readFileSync(values.out, 'utf8').includes('| date |')) {
+if (!existsSync(OUT) || !readFileSync(OUT, 'utf8').includes('| date |')) {
   writeFileSync(
-    values.out,
+    OUT,
     `# Streaming a window with bounded memory
 
 Appended by \`npm run bench:stream -- --recipients N [--backend postgres|dynamodb]\`, one row per run.
@@ -152,6 +195,6 @@ list is pulled as workers free up, never held.
 `,
   );
 }
-appendFileSync(values.out, `${row}\n`);
-log(`${row}\nappended to ${values.out} (machine: ${Math.round(totalmem() / 2 ** 30)} GiB, ${arch()})`);
+appendFileSync(OUT, `${row}\n`);
+log(`${row}\nappended to ${OUT} (machine: ${Math.round(totalmem() / 2 ** 30)} GiB, ${arch()})`);
 process.exit(0);

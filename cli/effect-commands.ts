@@ -1,5 +1,6 @@
+import { liveShardHolding } from '../shared/operator/in-doubt-resolver.js';
 import { EffectResolution } from '../shared/slot/operator-ports.js';
-import { SlotState } from '../shared/slot/ports.js';
+import { effectsResolveAuto, SPLIT_WINDOW_RERUN } from './auto-resolve-command.js';
 import { CliError, iso, usageError } from './cli-support.js';
 import type { CommandContext } from './command.js';
 import { backfillCommand, holderName } from './slot-view.js';
@@ -8,19 +9,32 @@ import { assertDeliverable, deliverWindows, type WindowDelivery } from './window
 const KEY_HASH = /^[0-9a-f]{8,64}$/;
 
 /**
- * Why an effect of a split window is not run again from here: its window would be split again, but
- * the shard that owns the effect has ended (DONE or PARTIAL) and would stand down, so the effect
- * would be dropped and the window counted finished without it. Reopening its shards is still to do.
- */
-const SPLIT_WINDOW_RERUN =
-  'running an effect again needs the shard that owns it reopened, which the CLI does not do yet: the window would ' +
-  'be split again, that shard would stand down as finished, and the effect would never run';
-
-/**
  * `effects resolve`: an effect left in doubt is marked done (the provider's log shows it went) or
- * cleared for a re-run (it did not), fenced on the slot's epoch as just read.
+ * cleared for a re-run (it did not), fenced on the slot's epoch as just read; with `--auto`, every
+ * effect finished windows left in doubt, by the provider's word on its record (effectsResolveAuto).
  */
 export async function effectsResolve(ctx: CommandContext): Promise<number> {
+  const auto = ctx.flag('auto');
+  const byHand = ['mark-done', 'rerun', 'key'].filter((name) => ctx.values[name] !== undefined);
+  if (auto && byHand.length > 0) {
+    throw usageError(
+      `--auto is given with ${byHand.map((name) => `--${name}`).join(' and ')}: --auto decides every effect in doubt ` +
+        "from the provider's word, --key with --mark-done or --rerun decides one yourself; give one or the other",
+    );
+  }
+  if (auto) return effectsResolveAuto(ctx);
+  const ranged = ['from', 'to'].filter((name) => ctx.values[name] !== undefined);
+  if (ranged.length > 0) {
+    throw usageError(
+      `${ranged.map((name) => `--${name}`).join(' and ')} select windows for --auto only; --key resolves one ` +
+        'effect of one --window',
+    );
+  }
+  if (ctx.values.grace !== undefined) {
+    throw usageError(
+      '--grace is for --auto only (how long the provider may stay silent); with --key, --mark-done or --rerun is your own call',
+    );
+  }
   const keyHash = ctx.text('key')?.toLowerCase();
   if (!keyHash || !KEY_HASH.test(keyHash)) {
     throw usageError(
@@ -53,16 +67,8 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
     // The store fences the write on the window's record, which holds no lease once split: the shard
     // that reserved the effect may be sending it right now. Its own lease is checked here instead.
     const effect = await backend.slots.ledger.read(slot, keyHash);
-    const shard =
-      effect?.shard === undefined
-        ? undefined
-        : await backend.slots.claims.read({ ...slot, shard: effect.shard });
-    if (
-      effect &&
-      shard?.state === SlotState.Running &&
-      shard.leaseEndsAt >= ctx.now &&
-      shard.epoch === effect.epoch
-    ) {
+    const shard = effect && (await liveShardHolding(backend.slots.claims, slot, effect, ctx.now));
+    if (effect && shard) {
       return ctx.refuse(
         { outcome: 'refused', reason: 'lease-live', shard: effect.shard },
         `refused to resolve ${keyHash}: shard ${effect.shard}'s run (${holderName(shard.owner)}, epoch ${shard.epoch}) ` +

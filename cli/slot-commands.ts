@@ -216,7 +216,9 @@ export async function slotsShow(ctx: CommandContext): Promise<number> {
       );
     if (inDoubt.length > 20) lines.push(`    … ${count(inDoubt.length - 20)} more; --json lists all`);
     lines.push(
-      '  Check the provider (SES sending events) for each, then:',
+      "  Settle those the provider has spoken of (its word is on their records, from SES's events):",
+      `    slotguard effects resolve --auto --job ${spec.id} --window ${view.window}`,
+      '  Or check the provider (SES sending events) for each, then:',
       `    slotguard effects resolve --job ${spec.id} --window ${view.window} --key <hash> --mark-done   (it went)`,
       `    slotguard effects resolve --job ${spec.id} --window ${view.window} --key <hash> --rerun       (it did not)`,
     );

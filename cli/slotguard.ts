@@ -183,22 +183,56 @@ const COMMANDS: readonly Command[] = [
   },
   {
     path: ['effects', 'resolve'],
-    summary: 'settle an effect in doubt: it went (--mark-done) or run it again (--rerun)',
-    usage: 'slotguard effects resolve --job ID --window T --key HASH (--mark-done | --rerun)',
+    summary:
+      "settle effects in doubt: by the provider's word (--auto), or one: it went (--mark-done), run it again (--rerun)",
+    usage:
+      'slotguard effects resolve --job ID --window T --key HASH (--mark-done | --rerun)\n' +
+      '       slotguard effects resolve --job ID (--window T | --from T --to T) --auto [--grace 1h]',
     description:
       'An effect in doubt was reserved by a run that died before recording it: the email may or may not\n' +
-      "have gone. Check the provider first (SES sending events for the hash's recipient), then:\n" +
+      "have gone. With the provider's word on record (SES sending events, tagged with the effect), --auto\n" +
+      'settles every effect a finished window (DONE, PARTIAL, STUCK, FAILED) left in doubt:\n' +
+      '  accepted (Send, Delivery, Bounce…)  marked done: no run sends it again\n' +
+      '  rejected (Reject, Rendering Failure)  cleared as --rerun does: a DONE or PARTIAL window is reopened.\n' +
+      '                                        Nothing delivers a finished window by itself: deliver it\n' +
+      '                                        once (the printed slotguard backfill; effects redrive for a\n' +
+      '                                        STUCK or FAILED one) and that run sends it, once\n' +
+      '  no word, inside --grace               left in doubt: events can be late; look again after the\n' +
+      '                                        time printed\n' +
+      '  no word, past --grace                 left in doubt: never sent again without a word. Where the\n' +
+      "                                        job's SES events are recorded, SES most likely never took\n" +
+      '                                        it: decide each one with --key HASH --rerun (probably safe)\n' +
+      '                                        or --mark-done; the output prints both commands\n' +
+      'It prints each effect (hash, outcome, event, message id) and a total line. --from and --to take every\n' +
+      'window the schedule fired in the range instead of one; windows not finished are left to their runs,\n' +
+      "which settle the provider's word themselves before they finish.\n\n" +
+      "Without --auto, for one --key, after checking the provider yourself (SES sending events for the hash's\n" +
+      'recipient):\n' +
       '  --mark-done  it went: record it done; no run will send it again\n' +
       '  --rerun      it did not: clear the reservation (and reopen the slot, with a fresh deadline, if it\n' +
       '               is DONE or PARTIAL) so the next delivery, or slotguard backfill, sends it\n' +
-      "Both are conditioned on the slot's epoch as just read and refused while a run holds a live lease.\n\n" +
-      'Exit code 1 when refused, or when the effect is not in doubt (done, or unknown).',
+      "Every write is conditioned on the slot's epoch as just read and refused while a run holds a live\n" +
+      'lease; a rejected effect of a window split into shards is not re-run.\n\n' +
+      'Exit code 1 when refused, when the effect is not in doubt (done, or unknown), or, with --auto, while\n' +
+      'an effect is left in doubt or was refused, or the --window is not finished.',
     options: {
       ...JOB_OPTIONS,
       window: WINDOW,
       key: { type: 'string', value: 'HASH', help: 'the effect, by the hash `slots show` lists' },
       'mark-done': { type: 'boolean', help: 'the effect happened' },
       rerun: { type: 'boolean', help: 'the effect did not happen: let the next run perform it' },
+      auto: {
+        type: 'boolean',
+        help: "every effect in doubt of finished windows, by the provider's word on its record",
+      },
+      from: { ...RANGE.from, help: 'with --auto: the windows from this time (inclusive)' },
+      to: { ...RANGE.to, help: 'with --auto: to this time (exclusive)' },
+      grace: {
+        type: 'string',
+        value: 'D',
+        help: "with --auto: how long the provider may stay silent before it counts: 1h (default, the construct's)",
+      },
+      'rate-start': RANGE['rate-start'],
       deadline: DEADLINE,
       ...JSON_OPTION,
       ...BACKEND_OPTIONS,

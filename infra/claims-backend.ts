@@ -13,7 +13,7 @@ export interface ClaimsBackend {
    * its bundle are fixed at creation, and `bind` or `bindReader` comes after. ScheduledJob asks for
    * its job's function, passing the job (`spec`): the place to check the job against the
    * backend's limits, throwing an InfraValidationError naming `scope` (the ScheduledJob) and the
-   * prop. The watchdog asks for its own function with no `spec`.
+   * prop. The watchdog and the SES event recorder ask for their own functions with no `spec`.
    *
    * Optional: a backend without it (ClaimsTable) gets functions outside any VPC, bundled from the
    * handler entry alone.
@@ -30,6 +30,13 @@ export interface ClaimsBackend {
    * Called once per job a function watches, so one function may read several jobs' records.
    */
   bindReader(fn: lambda.Function, jobId: string): void;
+  /**
+   * Gives `fn` the one write of the SES event recorder on job `jobId`'s effect records (the
+   * provider's word, conditioned on the record; a read back when the condition fails) and nothing
+   * else of the job's, and sets the variables the runtime reads to find the store. Called once per
+   * job a function records for, so one function may write several jobs' words.
+   */
+  bindProviderWords(fn: lambda.Function, jobId: string): void;
 }
 
 /** What a claims backend needs the job's function to be created with. */

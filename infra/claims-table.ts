@@ -50,6 +50,13 @@ export const CLAIMS_TABLE_ACTIONS = [
 export const CLAIMS_TABLE_READER_ACTIONS = ['dynamodb:GetItem'] as const;
 
 /**
+ * What the SES event recorder does: one conditional UpdateItem of an effect item (the provider's
+ * word), and a GetItem of it when the condition fails without the old item. No Put, no Delete: it
+ * never creates or removes a record.
+ */
+export const CLAIMS_TABLE_PROVIDER_WORD_ACTIONS = ['dynamodb:UpdateItem', 'dynamodb:GetItem'] as const;
+
+/**
  * The DynamoDB table that holds every job's slot claims and effect ledger (layout in
  * shared/backends/dynamodb/table-layout.ts), one table shared by any number of jobs.
  *
@@ -70,8 +77,9 @@ export const CLAIMS_TABLE_READER_ACTIONS = ['dynamodb:GetItem'] as const;
 export class ClaimsTable extends Construct implements ClaimsBackend {
   /** The underlying table. */
   readonly table: dynamodb.Table;
-  /** Per slot reader, its one statement and the jobs' LeadingKeys patterns in it. */
-  private readonly slotReads = new Map<iam.IGrantable, { patterns: string[]; grant: iam.Grant }>();
+  /** Per grantee and action list, its one statement and the jobs' LeadingKeys patterns in it. */
+  private readonly jobGrants = new Map<string, { patterns: string[]; grant: iam.Grant }>();
+  private readonly granteeIds = new Map<iam.IGrantable, number>();
 
   constructor(scope: Construct, id: string, props: ClaimsTableProps = {}) {
     super(scope, id);
@@ -121,7 +129,40 @@ export class ClaimsTable extends Construct implements ClaimsBackend {
    */
   grantSlotReads(grantee: iam.IGrantable, jobId: string): iam.Grant {
     this.checkGrantJobId('grantSlotReads', jobId);
-    const existing = this.slotReads.get(grantee);
+    return this.grantPerJob(grantee, CLAIMS_TABLE_READER_ACTIONS, jobId);
+  }
+
+  /**
+   * Grants `grantee` the SES event recorder's UpdateItem and GetItem on the items of job `jobId`,
+   * and of every job passed before for the same grantee, in one statement as grantSlotReads does.
+   * No Put, no Delete, no Query, no Scan, and no effect-key secret: the tags carry the key hash.
+   */
+  grantProviderWords(grantee: iam.IGrantable, jobId: string): iam.Grant {
+    this.checkGrantJobId('grantProviderWords', jobId);
+    return this.grantPerJob(grantee, CLAIMS_TABLE_PROVIDER_WORD_ACTIONS, jobId);
+  }
+
+  /** Grants `fn` the provider's word on job `jobId`'s effect records and tells the runtime the table's name. */
+  bindProviderWords(fn: lambda.Function, jobId: string): void {
+    this.grantProviderWords(fn, jobId);
+    fn.addEnvironment(RuntimeEnv.tableName, this.table.tableName);
+  }
+
+  /** Grants `fn` reads of job `jobId`'s slot records and tells the runtime the table's name. */
+  bindReader(fn: lambda.Function, jobId: string): void {
+    this.grantSlotReads(fn, jobId);
+    fn.addEnvironment(RuntimeEnv.tableName, this.table.tableName);
+  }
+
+  /** One statement per grantee and action list; jobs granted later join its LeadingKeys condition. */
+  private grantPerJob(grantee: iam.IGrantable, actions: readonly string[], jobId: string): iam.Grant {
+    let granteeId = this.granteeIds.get(grantee);
+    if (granteeId === undefined) {
+      granteeId = this.granteeIds.size;
+      this.granteeIds.set(grantee, granteeId);
+    }
+    const key = `${granteeId} ${actions.join(' ')}`;
+    const existing = this.jobGrants.get(key);
     if (existing) {
       existing.patterns.push(leadingKeysPattern(jobId));
       return existing.grant;
@@ -129,21 +170,15 @@ export class ClaimsTable extends Construct implements ClaimsBackend {
     const patterns = [leadingKeysPattern(jobId)];
     const grant = iam.Grant.addToPrincipal({
       grantee,
-      actions: [...CLAIMS_TABLE_READER_ACTIONS],
+      actions: [...actions],
       resourceArns: [this.table.tableArn],
       // Lazy: jobs bound after this one join the same condition.
       conditions: {
         'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': Lazy.list({ produce: () => [...patterns] }) },
       },
     });
-    this.slotReads.set(grantee, { patterns, grant });
+    this.jobGrants.set(key, { patterns, grant });
     return grant;
-  }
-
-  /** Grants `fn` reads of job `jobId`'s slot records and tells the runtime the table's name. */
-  bindReader(fn: lambda.Function, jobId: string): void {
-    this.grantSlotReads(fn, jobId);
-    fn.addEnvironment(RuntimeEnv.tableName, this.table.tableName);
   }
 
   private checkGrantJobId(method: string, jobId: string): void {

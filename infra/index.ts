@@ -1,7 +1,8 @@
 /**
  * `slotguard/cdk`: the CDK constructs. A `ScheduledJob` per job (schedule, work queue, function
- * bundled from your handler with the local esbuild, dead-letter queue, alarms), a `ClaimsTable`
- * (DynamoDB) or `PostgresClaims` for their claims, the `SlotguardWatchdog` each backend gets, a
+ * bundled from your handler with the local esbuild, dead-letter queue, alarms, and for a job that
+ * sends through SES its configuration set), a `ClaimsTable` (DynamoDB) or `PostgresClaims` for their
+ * claims, the `SlotguardWatchdog` and `SesEventRecorder` each backend gets, a
  * `SlotguardDashboard` over them, and `SlotguardStacks` to spread many jobs over stacks with one
  * table and one effect-key secret. aws-cdk-lib and constructs are peer dependencies: the app's own
  * copies are used.
@@ -13,7 +14,12 @@
 
 export type { CatchUpPolicy, JobSpec, ScheduleSpec } from '../shared/job/job-spec.js';
 export type { ClaimsBackend, ClaimsBackendFunctionOptions } from './claims-backend.js';
-export { CLAIMS_TABLE_ACTIONS, ClaimsTable, type ClaimsTableProps } from './claims-table.js';
+export {
+  CLAIMS_TABLE_ACTIONS,
+  CLAIMS_TABLE_PROVIDER_WORD_ACTIONS,
+  ClaimsTable,
+  type ClaimsTableProps,
+} from './claims-table.js';
 export { CLOUDFORMATION_STACK_LIMITS } from './cloudformation-limits.js';
 export {
   effectKeySecretReference,
@@ -39,7 +45,14 @@ export {
   type SesSendingProps,
   workQueueMaxReceiveCount,
 } from './scheduled-job.js';
+export {
+  type RecordedJob,
+  SES_EVENT_RECORDER_MODULE,
+  SesEventRecorder,
+  type SesEventRecorderProps,
+} from './ses-event-recorder.js';
 export { SlotguardDashboard, type SlotguardDashboardProps } from './slotguard-dashboard.js';
+export type { SlotguardServiceFunctionProps } from './slotguard-function.js';
 export {
   jobStackNumber,
   type SlotguardJobProps,

@@ -28,7 +28,9 @@ export const ALARM_PAGING = {
   },
   effectsInDoubt: {
     pages: true,
-    why: 'a send may or may not have happened: only a person can check before anyone re-sends',
+    why:
+      'a send may or may not have happened, and neither the provider nor the grace period settled it by the ' +
+      "window's finish: only a person can check before anyone re-sends",
   },
   providerFailing: {
     pages: true,
@@ -56,6 +58,12 @@ export const ALARM_PAGING = {
       'a window message waiting longer than its deadline allows; the watchdog already pages for that window ' +
       '(WindowMissing or WindowIncomplete), and this alarm shows the on-call it waits in the queue',
   },
+  providerEventsLost: {
+    pages: true,
+    why:
+      "an SES event could not be recorded (it reached the recorder's dead-letter queue): the effect it was about " +
+      "stays in doubt, or with afterGrace 'resend' may be sent twice",
+  },
   watchdogStopped: {
     pages: true,
     why: 'the watchdog stopped reporting: WindowMissing and WindowIncomplete cannot page until it runs again',
@@ -79,5 +87,16 @@ export const DASHBOARD_ONLY = {
   [MetricName.LeaseTakeover]: "a run took over a window whose holder's lease ran out (it crashed or froze)",
   [MetricName.LeaseLost]: 'a holder learned its window was taken over and stopped sending',
   [MetricName.InvalidEvent]: 'an event that can never run was rejected (malformed, or for another job)',
+  [MetricName.EffectInDoubtFound]:
+    "a run found an effect in doubt; the provider's word or the grace period settles it before the window " +
+    'finishes, and only what is left pages (EffectInDoubt)',
+  [MetricName.InDoubtConfirmed]: 'SES had accepted an in-doubt effect: recorded done, not sent again',
+  [MetricName.InDoubtRejected]:
+    'SES had not sent an in-doubt effect (Reject, Rendering Failure): the window sent it',
+  [MetricName.InDoubtResent]:
+    "an in-doubt effect SES said nothing of within the grace period was sent again (afterGrace 'resend')",
+  [MetricName.ProviderWordRecorded]: "the recorder wrote SES's word onto an effect not yet done",
+  [MetricName.ProviderWordIgnored]:
+    'an SES event wrote nothing: mostly the effect was done already (the run was quicker than SES); the rest are logged',
   workQueueDepth: 'window messages waiting or in flight: how much work the engine holds',
 } as const;

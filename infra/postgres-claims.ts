@@ -254,8 +254,11 @@ export class PostgresClaims extends Construct implements ClaimsBackend {
   readonly schema: string;
   private readonly props: PostgresClaimsProps;
   private readonly ssl: boolean;
-  /** Functions already connected by `bindReader`, which runs once per job they watch. */
-  private readonly readers = new WeakSet<lambda.Function>();
+  /**
+   * Functions already connected by `bindReader` or `bindProviderWords`, which run once per job a
+   * function watches or records for.
+   */
+  private readonly sharedFunctions = new WeakSet<lambda.Function>();
 
   constructor(scope: Construct, id: string, props: PostgresClaimsProps) {
     super(scope, id);
@@ -306,9 +309,21 @@ export class PostgresClaims extends Construct implements ClaimsBackend {
    * per user, and PostgresClaims has one (see the class comment).
    */
   bindReader(fn: lambda.Function, _jobId: string): void {
-    if (this.readers.has(fn)) return;
-    this.readers.add(fn);
-    this.connect(fn, `slotguard watchdog ${fn.node.path} to Postgres`.slice(0, 255));
+    this.connectOnce(fn, 'watchdog');
+  }
+
+  /**
+   * Connects `fn` as `bind` does, once however many jobs it records for: the SES event recorder
+   * writes the provider's word with the jobs' own database user (see the class comment).
+   */
+  bindProviderWords(fn: lambda.Function, _jobId: string): void {
+    this.connectOnce(fn, 'SES event recorder');
+  }
+
+  private connectOnce(fn: lambda.Function, role: string): void {
+    if (this.sharedFunctions.has(fn)) return;
+    this.sharedFunctions.add(fn);
+    this.connect(fn, `slotguard ${role} ${fn.node.path} to Postgres`.slice(0, 255));
   }
 
   private connect(fn: lambda.Function, ingressDescription: string): void {

@@ -1,5 +1,6 @@
 import { Annotations, Arn, Duration, RemovalPolicy, Stack, TimeZone, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
@@ -8,8 +9,10 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import * as ses from 'aws-cdk-lib/aws-ses';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct, type IConstruct } from 'constructs';
+import { AfterGrace } from '../shared/job/in-doubt-resolution.js';
 import {
   defaultDeadlineSeconds,
   JOB_DEFAULTS,
@@ -17,16 +20,19 @@ import {
   type ScheduleSpec,
 } from '../shared/job/job-spec.js';
 import { RuntimeEnv, SendRateScope } from '../shared/job/runtime-env.js';
+import { SETTLING_SES_EVENTS, type SesEventType } from '../shared/provider-events/ses-events.js';
 import { type AnalysedSchedule, analyseSchedule } from '../shared/schedule/schedule-analysis.js';
 import { describe, JOB_ID_PATTERN, MAX_SHARDS, windowOf } from '../shared/slot/slot.js';
 import { JOB_ID_DIMENSION, METRICS_NAMESPACE, MetricName } from '../shared/telemetry/metric-names.js';
 import type { ClaimsBackend } from './claims-backend.js';
 import { CLOUDWATCH_ALARM_LIMITS } from './cloudwatch-limits.js';
+import { deadLetterArrivals } from './dead-letter-arrivals.js';
 import { sharedEffectKeySecret } from './effect-key-secret.js';
 import { locateHandlerEntry } from './handler-entry.js';
 import { InfraValidationError } from './infra-validation-error.js';
 import { ALARM_PAGING, type AlarmKey } from './paging.js';
 import { rateAsUtcCron } from './rate-as-cron.js';
+import { SesEventRecorder } from './ses-event-recorder.js';
 import { grantNetworkInterfaces, slotguardBundling, slotguardVpcPlacement } from './slotguard-function.js';
 import { SlotguardWatchdog } from './slotguard-watchdog.js';
 
@@ -68,6 +74,17 @@ export interface SesSendingProps {
    * @default 'job'
    */
   readonly sendRateScope?: 'job' | 'process';
+  /**
+   * Records SES's word on every email of the job, so that a window settles the ones a dead run left
+   * in doubt by itself: the job sends through a configuration set of its own that publishes its Send,
+   * Reject and Rendering Failure events to the default EventBridge bus, and a rule hands the job's
+   * events to the stack's SesEventRecorder, which writes them onto the effect records. A confirmed
+   * email is recorded done, a rejected one sent again; one SES said nothing of waits for the job's
+   * `inDoubtGraceMinutes`, then follows its `inDoubtAfterGrace`. Off: no configuration set, and
+   * an email in doubt pages at once (EffectInDoubt) for a person to check.
+   * @default true
+   */
+  readonly recordEvents?: boolean;
 }
 
 /** Props of a `ScheduledJob`. */
@@ -84,8 +101,9 @@ export interface ScheduledJobProps {
    */
   readonly effectKeySecret?: secretsmanager.ISecret;
   /**
-   * SES sending: grants `ses:SendEmail` on this identity only, from this address only.
-   * @default no SES permission, and SLOTGUARD_SES_FROM / SLOTGUARD_SEND_RATE / SLOTGUARD_SEND_RATE_SCOPE are not set
+   * SES sending: grants `ses:SendEmail` on this identity only, from this address only (and on the
+   * job's configuration set, with `recordEvents`, the default, which also records SES's events).
+   * @default no SES permission, no configuration set, and no SLOTGUARD_SES_* variables
    */
   readonly ses?: SesSendingProps;
   /**
@@ -190,7 +208,11 @@ export interface ScheduledJobAlarms {
   readonly windowIncomplete: cloudwatch.Alarm;
   /** A recipient failed for good (`EffectFailed`): its window ends PARTIAL. */
   readonly effectsFailed: cloudwatch.Alarm;
-  /** An effect was reserved by an earlier run and never marked done: it may not have happened. */
+  /**
+   * Effects still in doubt when their window finished (`EffectInDoubt`, counted once then): reserved
+   * by a run that died, never marked done, and not settled by the provider's word within the grace
+   * period. They may or may not have happened.
+   */
   readonly effectsInDoubt: cloudwatch.Alarm;
   /** A run stopped because the provider refused or failed every send (`ProviderFailing`). */
   readonly providerFailing: cloudwatch.Alarm;
@@ -214,6 +236,22 @@ const DEFAULT_MAX_EVENT_AGE = Duration.hours(1);
 const DEFAULT_MEMORY_MB = 512;
 const DEFAULT_MAX_CONCURRENCY = 2;
 const DEFAULT_MISSED_RUN_GRACE = Duration.minutes(15);
+/** How long an in-doubt email waits for SES's word by default, in minutes (at most half the deadline). */
+const DEFAULT_IN_DOUBT_GRACE_MINUTES = 60;
+
+/** The configuration set's event type for each SES event type the recorder reads. */
+const SENDING_EVENT_OF: Readonly<Record<SesEventType, ses.EmailSendingEvent>> = {
+  Send: ses.EmailSendingEvent.SEND,
+  Delivery: ses.EmailSendingEvent.DELIVERY,
+  Bounce: ses.EmailSendingEvent.BOUNCE,
+  Complaint: ses.EmailSendingEvent.COMPLAINT,
+  DeliveryDelay: ses.EmailSendingEvent.DELIVERY_DELAY,
+  Open: ses.EmailSendingEvent.OPEN,
+  Click: ses.EmailSendingEvent.CLICK,
+  Reject: ses.EmailSendingEvent.REJECT,
+  'Rendering Failure': ses.EmailSendingEvent.RENDERING_FAILURE,
+  Subscription: ses.EmailSendingEvent.SUBSCRIPTION,
+};
 const ALARM_PERIOD = Duration.minutes(5);
 
 /** SQS keeps a message at most this long from when it was first sent, in a dead-letter queue too. */
@@ -272,7 +310,7 @@ export function workQueueMaxReceiveCount(deadlineSeconds: number, timeoutSeconds
 export class ScheduledJob extends Construct {
   /** The job id. */
   readonly jobId: string;
-  /** The job as deployed, with defaults applied (`deadlineMinutes` included). */
+  /** The job as deployed, with defaults applied (`deadlineMinutes` and the in-doubt grace period included). */
   readonly job: Required<JobSpec>;
   /** The schedule as analysed at synth time (the job's own expression). */
   readonly analysedSchedule: AnalysedSchedule;
@@ -308,6 +346,15 @@ export class ScheduledJob extends Construct {
   readonly watchdogSchedule: scheduler.Schedule;
   /** The job's alarms; the ones `ALARM_PAGING` says page send to `alarmActions`. */
   readonly alarms: ScheduledJobAlarms;
+  /**
+   * The job's SES configuration set, which publishes its Send, Reject and Rendering Failure events to
+   * the default EventBridge bus; undefined unless the job records SES events (`ses.recordEvents`).
+   */
+  readonly sesConfigurationSet: ses.ConfigurationSet | undefined;
+  /** The rule that hands the job's SES events to the recorder; undefined as `sesConfigurationSet`. */
+  readonly sesEventsRule: events.Rule | undefined;
+  /** The stack's SES event recorder, which records this job's events; undefined as `sesConfigurationSet`. */
+  readonly sesEventRecorder: SesEventRecorder | undefined;
 
   constructor(scope: Construct, id: string, props: ScheduledJobProps) {
     super(scope, id);
@@ -323,7 +370,13 @@ export class ScheduledJob extends Construct {
       props.retentionDays ?? JOB_DEFAULTS.retentionDays,
     );
     this.deadline = this.resolveDeadline(job, retentionDays);
-    this.job = { ...job, deadlineMinutes: this.deadline.toMinutes() };
+    const inDoubt = this.validateInDoubt(job, props.ses !== undefined && props.ses.recordEvents !== false);
+    this.job = {
+      ...job,
+      deadlineMinutes: this.deadline.toMinutes(),
+      inDoubtGraceMinutes: inDoubt?.graceMinutes ?? 0,
+      inDoubtAfterGrace: inDoubt?.afterGrace ?? AfterGrace.Report,
+    };
     const grace = this.validateGrace(props.missedRunGrace ?? DEFAULT_MISSED_RUN_GRACE);
     const maxConcurrency = this.validateMaxConcurrency(
       props.maxConcurrency ?? Math.max(DEFAULT_MAX_CONCURRENCY, job.shards),
@@ -376,6 +429,7 @@ export class ScheduledJob extends Construct {
     logGroup.grantWrite(role);
     // Before the function exists: its VPC and bundle are fixed at creation.
     const backendOptions = props.claims.functionOptions?.(this, this.job) ?? {};
+    this.sesConfigurationSet = inDoubt ? this.configurationSetPublishingEvents() : undefined;
 
     this.function = new nodejs.NodejsFunction(this, 'Function', {
       description: `slotguard: ${job.description}`.slice(0, 256),
@@ -420,6 +474,13 @@ export class ScheduledJob extends Construct {
               [RuntimeEnv.sesFromAddress]: ses.fromAddress,
               [RuntimeEnv.sendRatePerSecond]: String(ses.rate),
               [RuntimeEnv.sendRateScope]: ses.scope,
+            }
+          : {}),
+        ...(this.sesConfigurationSet && inDoubt
+          ? {
+              [RuntimeEnv.sesConfigurationSet]: this.sesConfigurationSet.configurationSetName,
+              [RuntimeEnv.inDoubtGraceSeconds]: String(inDoubt.graceMinutes * 60),
+              [RuntimeEnv.inDoubtAfterGrace]: inDoubt.afterGrace,
             }
           : {}),
       },
@@ -487,6 +548,17 @@ export class ScheduledJob extends Construct {
       ...(props.alarmActions ? { alarmActions: props.alarmActions } : {}),
     });
 
+    if (this.sesConfigurationSet) {
+      this.sesEventRecorder = SesEventRecorder.of(this, props.claims, {
+        projectRoot: entry.projectRoot,
+        ...(entry.lockFile ? { depsLockFilePath: entry.lockFile } : {}),
+      });
+      this.sesEventsRule = this.sesEventRecorder.record(this, {
+        jobId: job.id,
+        ...(props.alarmActions ? { alarmActions: props.alarmActions } : {}),
+      });
+    }
+
     this.alarms = this.createAlarms(props);
   }
 
@@ -516,7 +588,10 @@ export class ScheduledJob extends Construct {
     return this.metric(MetricName.LeaseTakeover, props);
   }
 
-  /** Effects found reserved by an earlier run and never marked done. @default Sum over 5 minutes */
+  /**
+   * Effects still in doubt when their window finished, after the provider's word and the grace
+   * period (counted once per window, at its finish). @default Sum over 5 minutes
+   */
   metricEffectsInDoubt(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return this.metric(MetricName.EffectInDoubt, props);
   }
@@ -551,29 +626,11 @@ export class ScheduledJob extends Construct {
   }
 
   /**
-   * New arrivals in the dead-letter queue, per 5 minutes: how much the queue's depth rose. The
-   * depth alone would stay in ALARM while the first dead letter sits, so a second would page nobody.
-   *
-   * Why not NumberOfMessagesSent: SQS counts SendMessage calls there, and a message the work queue's
-   * redrive policy moves after `maxReceiveCount` receives is not sent, so the likeliest dead letter
-   * would never count. ApproximateNumberOfMessagesVisible counts every message however it arrived
-   * (a redrive, Scheduler's or Lambda's dead-letter delivery, a manual send). Its Maximum over 5
-   * minutes rides out an operator inspecting the queue (that hides messages for the visibility
-   * timeout, then they come back); NotVisible is left out because it can read 1 for an empty queue.
-   * FILL(…, 0): SQS stops reporting an empty, idle queue, and the first arrival must still be a rise.
+   * New arrivals in the dead-letter queue, per 5 minutes: how much the queue's depth rose (see
+   * deadLetterArrivals for why the rise of the depth, and not the depth or the messages sent).
    */
   metricDeadLetterArrivals(): cloudwatch.MathExpression {
-    return new cloudwatch.MathExpression({
-      expression: 'DIFF(FILL(depth, 0))',
-      usingMetrics: {
-        depth: this.deadLetterQueue.metricApproximateNumberOfMessagesVisible({
-          period: ALARM_PERIOD,
-          statistic: cloudwatch.Stats.MAXIMUM,
-        }),
-      },
-      period: ALARM_PERIOD,
-      label: 'dead letters arrived',
-    });
+    return deadLetterArrivals(this.deadLetterQueue, ALARM_PERIOD);
   }
 
   private createAlarms(props: ScheduledJobProps): ScheduledJobAlarms {
@@ -629,7 +686,8 @@ export class ScheduledJob extends Construct {
         'effectsInDoubt',
         'EffectsInDoubtAlarm',
         this.metricEffectsInDoubt(),
-        'effects were reserved by an earlier run and never marked done; check whether they happened.',
+        'emails still in doubt when their window finished: reserved by a run that died, never marked done, and not ' +
+          "settled by SES's word within the grace period; check whether they went out before anyone re-sends.",
       ),
       providerFailing: atLeastOnce(
         'providerFailing',
@@ -717,16 +775,89 @@ export class ScheduledJob extends Construct {
     });
   }
 
+  /**
+   * `ses:SendEmail` as `fromAddress` on the identity and, when the job sends through its
+   * configuration set, on that too: SES authorizes a send against every resource it names.
+   */
   private grantSendEmail(identity: string, fromAddress: string): void {
+    const stack = Stack.of(this);
+    const configurationSet = this.sesConfigurationSet?.configurationSetName;
     this.function.addToRolePolicy(
       new iam.PolicyStatement({
         actions: ['ses:SendEmail'],
         resources: [
-          Arn.format({ service: 'ses', resource: 'identity', resourceName: identity }, Stack.of(this)),
+          Arn.format({ service: 'ses', resource: 'identity', resourceName: identity }, stack),
+          ...(configurationSet
+            ? [
+                Arn.format(
+                  { service: 'ses', resource: 'configuration-set', resourceName: configurationSet },
+                  stack,
+                ),
+              ]
+            : []),
         ],
         conditions: { StringEquals: { 'ses:FromAddress': fromAddress } },
       }),
     );
+  }
+
+  /** The job's configuration set, publishing the events that settle an effect to the default bus. */
+  private configurationSetPublishingEvents(): ses.ConfigurationSet {
+    const configurationSet = new ses.ConfigurationSet(this, 'SesConfigurationSet');
+    configurationSet.addEventDestination('RecorderDestination', {
+      // SES publishes to the default bus only.
+      destination: ses.EventDestination.eventBus(
+        events.EventBus.fromEventBusName(this, 'DefaultEventBus', 'default'),
+      ),
+      events: SETTLING_SES_EVENTS.map((type) => SENDING_EVENT_OF[type]),
+    });
+    return configurationSet;
+  }
+
+  /**
+   * The job's grace period and what follows it when its SES events are recorded (`recorded`), the
+   * grace shorter than the deadline; undefined when they are not, and then neither may be set.
+   */
+  private validateInDoubt(
+    job: JobWithDefaults,
+    recorded: boolean,
+  ): { graceMinutes: number; afterGrace: AfterGrace } | undefined {
+    if (!recorded) {
+      const set = (['inDoubtGraceMinutes', 'inDoubtAfterGrace'] as const).find(
+        (prop) => job[prop] !== undefined,
+      );
+      if (set === undefined) return undefined;
+      throw new InfraValidationError(
+        this,
+        `job.${set}`,
+        `job.${set} is ${describe(job[set])} but job '${job.id}' records no SES events (no ses prop, or ` +
+          'ses.recordEvents false): without them there is no word to wait for or to go without; give the job an ses ' +
+          `prop with recordEvents unset (true), or remove job.${set}`,
+      );
+    }
+    const afterGrace = job.inDoubtAfterGrace ?? AfterGrace.Report;
+    if (afterGrace !== AfterGrace.Report && afterGrace !== AfterGrace.Resend) {
+      throw new InfraValidationError(
+        this,
+        'job.inDoubtAfterGrace',
+        `job.inDoubtAfterGrace is ${describe(afterGrace)}; set 'report' (the email stays in doubt and EffectInDoubt ` +
+          "pages, the default) or 'resend' (it is sent again: probably safe, but a late event means a second email)",
+      );
+    }
+    const deadlineMinutes = this.deadline.toMinutes();
+    const byDefault = Math.min(DEFAULT_IN_DOUBT_GRACE_MINUTES, Math.floor(deadlineMinutes / 2));
+    const graceMinutes = job.inDoubtGraceMinutes ?? byDefault;
+    if (!Number.isInteger(graceMinutes) || graceMinutes < 0 || graceMinutes >= deadlineMinutes) {
+      throw new InfraValidationError(
+        this,
+        'job.inDoubtGraceMinutes',
+        `job.inDoubtGraceMinutes is ${describe(graceMinutes)}, not a whole number of minutes shorter than the ` +
+          `job's deadline (${deadlineMinutes} minutes): the window must finish by its deadline, so it could not ` +
+          `wait that long for SES's word; set it below ${deadlineMinutes} (leave it unset for ${byDefault}), ` +
+          'or raise job.deadlineMinutes',
+      );
+    }
+    return { graceMinutes, afterGrace };
   }
 
   private validateJob(job: JobWithDefaults): void {
@@ -1020,7 +1151,9 @@ export class ScheduledJob extends Construct {
  * A JobSpec with every default applied but the deadline's, which needs the analysed schedule (and
  * ScheduledJob.job carries once it is known).
  */
-type JobWithDefaults = Required<Omit<JobSpec, 'deadlineMinutes'>> & Pick<JobSpec, 'deadlineMinutes'>;
+/** Resolved later than the rest: the deadline from the schedule, the grace period from the deadline. */
+type ResolvedLater = 'deadlineMinutes' | 'inDoubtGraceMinutes' | 'inDoubtAfterGrace';
+type JobWithDefaults = Required<Omit<JobSpec, ResolvedLater>> & Pick<JobSpec, ResolvedLater>;
 
 function withDefaults(job: JobSpec): JobWithDefaults {
   return {

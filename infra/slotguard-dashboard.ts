@@ -19,7 +19,8 @@ export interface SlotguardDashboardProps {
 
 /**
  * One CloudWatch dashboard for an app's slotguard jobs: two rows per job. The first: its claims, its
- * windows (runs per window, yields, stuck, what the watchdog found) and its effects; the second:
+ * windows (runs per window, yields, stuck, what the watchdog found) and its effects (with how the ones
+ * found in doubt were settled, and the SES words recorded); the second:
  * its work queue and dead letters, its function, and the state of its alarms (the ones that page
  * and the ones that only show here, see infra/paging.ts).
  *
@@ -42,7 +43,11 @@ export class SlotguardDashboard extends Construct {
   addJob(job: ScheduledJob): void {
     const schedule = job.analysedSchedule;
     const watchdogAlarm = job.watchdog.stoppedAlarmOf(job.jobId);
-    const alarms = [...Object.values(job.alarms), ...(watchdogAlarm ? [watchdogAlarm] : [])];
+    const alarms = [
+      ...Object.values(job.alarms),
+      ...(watchdogAlarm ? [watchdogAlarm] : []),
+      ...(job.sesEventRecorder ? [job.sesEventRecorder.eventsLostAlarm] : []),
+    ];
     this.dashboard.addWidgets(
       new cloudwatch.TextWidget({
         markdown:
@@ -85,6 +90,16 @@ export class SlotguardDashboard extends Construct {
           job.metricEffectsInDoubt(),
           job.metric(MetricName.EffectFailed),
           job.metric(MetricName.EffectRetried),
+        ],
+        // What became of the effects runs found in doubt, and the provider's words they were settled by.
+        right: [
+          job.metric(MetricName.EffectInDoubtFound),
+          job.metric(MetricName.InDoubtConfirmed),
+          job.metric(MetricName.InDoubtRejected),
+          job.metric(MetricName.InDoubtResent),
+          ...(job.sesEventRecorder
+            ? [job.metric(MetricName.ProviderWordRecorded), job.metric(MetricName.ProviderWordIgnored)]
+            : []),
         ],
         width: 7,
         height: 6,

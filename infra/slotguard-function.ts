@@ -1,13 +1,89 @@
-import { Validations } from 'aws-cdk-lib';
+import { type Duration, Validations } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
-import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
+import * as logs from 'aws-cdk-lib/aws-logs';
 import type { Construct } from 'constructs';
-import type { ClaimsBackendFunctionOptions } from './claims-backend.js';
+import type { ClaimsBackend, ClaimsBackendFunctionOptions } from './claims-backend.js';
 import { BUNDLING_CONDITIONS } from './package-source.js';
 
+/** How a function slotguard keeps one of per stack and claims backend (the watchdog, the SES event recorder) is built. */
+export interface SlotguardServiceFunctionProps {
+  /**
+   * The directory holding the lock file and node_modules, with esbuild installed.
+   * @default process.cwd()
+   */
+  readonly projectRoot?: string;
+  /**
+   * The lock file the bundling reads.
+   * @default none: NodejsFunction looks for one in `projectRoot`
+   */
+  readonly depsLockFilePath?: string;
+  /**
+   * How long the function's logs are kept.
+   * @default logs.RetentionDays.THREE_MONTHS
+   */
+  readonly logRetention?: logs.RetentionDays;
+}
+
+/** What differs between the functions `serviceFunction` builds. */
+export interface ServiceFunctionSpec
+  extends Pick<lambda.FunctionOptions, 'retryAttempts' | 'maxEventAge' | 'deadLetterQueue'> {
+  /** Its role's description, e.g. `slotguard watchdog`. */
+  readonly role: string;
+  readonly description: string;
+  /** The handler module (exports `handler`). */
+  readonly entry: string;
+  readonly timeout: Duration;
+  /**
+   * Variables beyond NODE_OPTIONS and the claims backend's.
+   * @default none
+   */
+  readonly environment?: Record<string, string>;
+}
+
 /**
- * How every slotguard function is bundled (a job's and the watchdog's): one minified ESM file by the
+ * A function slotguard keeps one of per stack and claims backend, in `scope` (`Logs`, `FunctionRole`,
+ * `Function`): 256 MB on arm64, bundled as the jobs' functions are, where `claims` asks for it (a
+ * VPC), with a log group of its own and a role that writes to it alone, instead of
+ * AWSLambdaBasicExecutionRole, whose log permissions span every log group.
+ */
+export function serviceFunction(
+  scope: Construct,
+  claims: ClaimsBackend,
+  props: SlotguardServiceFunctionProps,
+  spec: ServiceFunctionSpec,
+): nodejs.NodejsFunction {
+  const logGroup = new logs.LogGroup(scope, 'Logs', {
+    retention: props.logRetention ?? logs.RetentionDays.THREE_MONTHS,
+  });
+  const role = new iam.Role(scope, 'FunctionRole', {
+    assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+    description: spec.role,
+  });
+  logGroup.grantWrite(role);
+  const backendOptions = claims.functionOptions?.(scope) ?? {};
+  const { role: _role, environment, ...options } = spec;
+  const fn = new nodejs.NodejsFunction(scope, 'Function', {
+    ...options,
+    ...(props.projectRoot ? { projectRoot: props.projectRoot } : {}),
+    ...(props.depsLockFilePath ? { depsLockFilePath: props.depsLockFilePath } : {}),
+    handler: 'handler',
+    runtime: lambda.Runtime.NODEJS_24_X,
+    architecture: lambda.Architecture.ARM_64,
+    memorySize: 256,
+    role,
+    logGroup,
+    ...slotguardVpcPlacement(backendOptions),
+    environment: { NODE_OPTIONS: '--enable-source-maps', ...environment },
+    bundling: slotguardBundling(backendOptions),
+  });
+  if (backendOptions.vpc) grantNetworkInterfaces(scope, role, fn);
+  return fn;
+}
+
+/**
+ * How every slotguard function is bundled (a job's, the watchdog's and the SES event recorder's): one minified ESM file by the
  * local esbuild, never Docker, with the AWS SDK v3 left to the runtime and the claims backend's
  * injected modules.
  */

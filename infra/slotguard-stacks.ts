@@ -19,8 +19,9 @@ export interface SlotguardStacksProps {
   /**
    * How many job stacks the jobs are spread over, each job by its id (`jobStackNumber`). Raising it
    * moves only the jobs whose id now picks one of the new stacks; nothing else moves. Plan one job
-   * stack per 10 jobs: a stack holds 18 jobs (16 in a VPC), and hashing fills stacks unevenly (100
-   * jobs over 10 stacks put 18 in the fullest of them in the tests).
+   * stack per 10 jobs: a stack holds 18 jobs (16 in a VPC; 16 and 14 of jobs that record SES's
+   * events), and hashing fills stacks unevenly (100 jobs over 10 stacks put 18 in the fullest of
+   * them in the tests).
    * @default 1
    */
   readonly jobStacks?: number;

@@ -1,9 +1,8 @@
 import { Duration, Lazy, RemovalPolicy, Stack, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as iam from 'aws-cdk-lib/aws-iam';
-import * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
-import * as logs from 'aws-cdk-lib/aws-logs';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
 import { Construct, type IConstruct } from 'constructs';
@@ -13,7 +12,8 @@ import type { WatchdogEvent } from '../shared/watchdog/watchdog-event.js';
 import type { ClaimsBackend } from './claims-backend.js';
 import { runtimeModulePath } from './package-source.js';
 import { ALARM_PAGING } from './paging.js';
-import { grantNetworkInterfaces, slotguardBundling, slotguardVpcPlacement } from './slotguard-function.js';
+import { onePerStackAndBackend, type PerBackendRegistry } from './per-backend.js';
+import { type SlotguardServiceFunctionProps, serviceFunction } from './slotguard-function.js';
 
 /**
  * The watchdog's Lambda handler module, bundled like the job functions: its source in slotguard's
@@ -55,28 +55,13 @@ export interface WatchedJob {
 }
 
 /** Props of a `SlotguardWatchdog`. */
-export interface SlotguardWatchdogProps {
+export interface SlotguardWatchdogProps extends SlotguardServiceFunctionProps {
   /** The claims backend whose slot records it reads. */
   readonly claims: ClaimsBackend;
-  /**
-   * The directory holding package-lock.json and node_modules, with esbuild installed.
-   * @default process.cwd()
-   */
-  readonly projectRoot?: string;
-  /**
-   * The lock file the bundling reads.
-   * @default none: NodejsFunction looks for one in `projectRoot`
-   */
-  readonly depsLockFilePath?: string;
-  /**
-   * How long the watchdog's logs are kept.
-   * @default logs.RetentionDays.THREE_MONTHS
-   */
-  readonly logRetention?: logs.RetentionDays;
 }
 
 /** The one watchdog per stack and claims backend, keyed by the backend. */
-const watchdogsByStack = new WeakMap<Stack, Map<ClaimsBackend, SlotguardWatchdog>>();
+const watchdogsByStack: PerBackendRegistry<SlotguardWatchdog> = new WeakMap();
 
 /**
  * The watchdog: one small Lambda per stack and claims backend, invoked every 15 minutes per job by
@@ -101,14 +86,13 @@ export class SlotguardWatchdog extends Construct {
     claims: ClaimsBackend,
     props: Omit<SlotguardWatchdogProps, 'claims'> = {},
   ): SlotguardWatchdog {
-    const stack = Stack.of(scope);
-    const watchdogs = watchdogsByStack.get(stack) ?? new Map<ClaimsBackend, SlotguardWatchdog>();
-    watchdogsByStack.set(stack, watchdogs);
-    const existing = watchdogs.get(claims);
-    if (existing) return existing;
-    const watchdog = new SlotguardWatchdog(stack, watchdogId(stack, claims), { ...props, claims });
-    watchdogs.set(claims, watchdog);
-    return watchdog;
+    return onePerStackAndBackend(
+      watchdogsByStack,
+      scope,
+      claims,
+      'Watchdog',
+      (stack, id) => new SlotguardWatchdog(stack, id, { ...props, claims }),
+    );
   }
 
   /** The watchdog's Lambda function. */
@@ -122,36 +106,15 @@ export class SlotguardWatchdog extends Construct {
   constructor(scope: Construct, id: string, props: SlotguardWatchdogProps) {
     super(scope, id);
     this.claims = props.claims;
-    const logGroup = new logs.LogGroup(this, 'Logs', {
-      retention: props.logRetention ?? logs.RetentionDays.THREE_MONTHS,
-    });
-    // An own role instead of AWSLambdaBasicExecutionRole, whose log permissions span every log group.
-    const role = new iam.Role(this, 'FunctionRole', {
-      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
-      description: 'slotguard watchdog',
-    });
-    logGroup.grantWrite(role);
-    const backendOptions = props.claims.functionOptions?.(this) ?? {};
-    this.function = new nodejs.NodejsFunction(this, 'Function', {
+    this.function = serviceFunction(this, props.claims, props, {
+      role: 'slotguard watchdog',
       description: 'slotguard watchdog: windows that never ran or never finished',
       entry: WATCHDOG_HANDLER_MODULE,
-      ...(props.projectRoot ? { projectRoot: props.projectRoot } : {}),
-      ...(props.depsLockFilePath ? { depsLockFilePath: props.depsLockFilePath } : {}),
-      handler: 'handler',
-      runtime: lambda.Runtime.NODEJS_24_X,
-      architecture: lambda.Architecture.ARM_64,
-      memorySize: 256,
       // Reads at most a few hundred slot records per job and run.
       timeout: Duration.minutes(2),
-      role,
-      logGroup,
       // A failed run is replaced by the next one within 15 minutes; retries would only pile up.
       retryAttempts: 0,
-      ...slotguardVpcPlacement(backendOptions),
-      environment: { NODE_OPTIONS: '--enable-source-maps' },
-      bundling: slotguardBundling(backendOptions),
     });
-    if (backendOptions.vpc) grantNetworkInterfaces(this, role, this.function);
 
     this.scheduleGroup = new scheduler.ScheduleGroup(this, 'ScheduleGroup', {
       removalPolicy: RemovalPolicy.DESTROY,
@@ -240,18 +203,6 @@ export class SlotguardWatchdog extends Construct {
 function lookbackHours(job: WatchedJob): number {
   const pastDeadlineHours = Math.ceil((job.deadline.toSeconds() + job.grace.toSeconds()) / 3600) + 24;
   return Math.max(WATCHDOG_MIN_LOOKBACK_HOURS, pastDeadlineHours);
-}
-
-/** `ClaimsTableWatchdog` for a backend whose construct id is `ClaimsTable`, unique in the stack. */
-function watchdogId(stack: Stack, claims: ClaimsBackend): string {
-  const base = `${isConstruct(claims) ? claims.node.id : 'Claims'}Watchdog`;
-  let id = base;
-  for (let n = 2; stack.node.tryFindChild(id); n++) id = `${base}${n}`;
-  return id;
-}
-
-function isConstruct(value: object): value is IConstruct {
-  return 'node' in value && value.node !== undefined;
 }
 
 /**

@@ -13,8 +13,18 @@ export interface InDoubtResolution {
   readonly confirmed: number;
   /** Not in the log: cleared, so the re-run sends them (the slot is reopened). */
   readonly cleared: number;
-  /** Refused (the slot moved on, a live lease): left for a human. */
+  /**
+   * Refused (the slot moved on, a live lease), or not gone in a window split into shards (see
+   * `split`): left for a human.
+   */
   readonly unresolved: number;
+  /**
+   * The window is split into shards: what had not gone is left in doubt, not cleared. Running it
+   * again needs the shard that reserved it reopened, which the operator port does not do yet; a
+   * cleared effect would be dropped (its shard stands down as finished) and its customer get
+   * nothing, as `slotguard effects resolve` refuses to.
+   */
+  readonly split: boolean;
 }
 
 /**
@@ -39,8 +49,9 @@ export async function resolveInDoubtFromMailLog(args: {
   for await (const effect of args.backend.ledger.list(slot)) {
     if (effect.state === EffectState.Reserved) inDoubt.add(effect.keyHash);
   }
+  const split = (record?.shards ?? 1) > 1;
   if (!record || inDoubt.size === 0)
-    return { inDoubt: inDoubt.size, confirmed: 0, cleared: 0, unresolved: 0 };
+    return { inDoubt: inDoubt.size, confirmed: 0, cleared: 0, unresolved: 0, split };
   // Hashes are all the ledger keeps; the job's own list says which address each one stands for.
   const addressOf = new Map<string, string>();
   for await (const effect of args.job.effects(args.window)) {
@@ -54,6 +65,10 @@ export async function resolveInDoubtFromMailLog(args: {
   for (const hash of inDoubt) {
     const address = addressOf.get(hash);
     const went = address !== undefined && (args.delivered.get(address) ?? 0) > 0;
+    if (!went && split) {
+      unresolved++;
+      continue;
+    }
     const outcome = await args.operator.resolveEffect(slot, hash, went ? 'done' : 'clear', {
       expectedEpoch: record.epoch,
       now: args.clock.now(),
@@ -62,5 +77,5 @@ export async function resolveInDoubtFromMailLog(args: {
     else if (went) confirmed++;
     else cleared++;
   }
-  return { inDoubt: inDoubt.size, confirmed, cleared, unresolved };
+  return { inDoubt: inDoubt.size, confirmed, cleared, unresolved, split };
 }

@@ -8,6 +8,7 @@ import {
   type SqsBatchResponse,
   type SqsEvent,
   type SqsRecord,
+  type WorkQueue,
 } from '../shared/continuation/work-queue.js';
 import type { EmailSender } from '../shared/effects/email-sender.js';
 import { JOB_DEFAULTS, type JobSpec } from '../shared/job/job-spec.js';
@@ -18,7 +19,7 @@ import { tallyWindow } from '../shared/job/window-tally.js';
 import { type CatchUpPlan, planCatchUp, resolveCatchUpPolicy } from '../shared/schedule/catch-up.js';
 import { JobSchedule } from '../shared/schedule/fire-times.js';
 import { type SlotState, TERMINAL_SLOT_STATES } from '../shared/slot/ports.js';
-import { windowOf } from '../shared/slot/slot.js';
+import { type Slot, windowOf } from '../shared/slot/slot.js';
 import { type Log, silentLog } from '../shared/telemetry/log.js';
 import { emfMetrics, type JobMetrics } from '../shared/telemetry/metrics.js';
 import { safeErrorText } from '../shared/telemetry/safe-error-text.js';
@@ -38,6 +39,8 @@ import {
 import type { SmtpSink } from './smtp-sink.js';
 
 const DAY_MS = 86_400_000;
+/** How a shard's invocations are named: `shard-3`, `shard-3/redelivery-1`. */
+const SHARD_ORIGIN = 'shard-';
 
 /** Where progress and tables go: process.stdout, or a collector in tests. */
 export interface TerminalOutput {
@@ -128,6 +131,11 @@ export interface WindowReport {
   readonly failed: number;
   /** The slot's state after the window (MISSED when nothing claimed it). */
   readonly state: SlotState | 'MISSED';
+  /**
+   * Shards the window was split into, as its record says (1 when it was not split): each ran as
+   * its own invocations, and `runs` and `claimedBy` count theirs after the coordinator's.
+   */
+  readonly shards: number;
   readonly epoch: number;
   readonly ms: number;
 }
@@ -145,7 +153,7 @@ type FireEvent = SchedulerEvent & { readonly executionId: string };
 /** One fire of a window: the message a replica's schedule (or its retry) sends. */
 interface Fire {
   readonly run: WindowRun;
-  /** `replica-2`, `replica-2/retry`: names the invocations that deliver it. */
+  /** `replica-2`, `replica-2/retry`, `shard-3`: names the invocations that deliver it. */
   readonly origin: string;
 }
 
@@ -157,8 +165,12 @@ interface JobEngine {
   readonly options: RunOptions;
   /** Lambda's time limit for each invocation. */
   readonly timeoutMs: number;
-  /** Fires sent and not yet received, by execution id (each fire's is its own). */
-  readonly unreceived: Map<string, Fire>;
+  /**
+   * Messages sent and not yet received, by body: each fire's (its execution id is its own), and
+   * each shard message a coordinator sent (the same shard sent again by a takeover has the same
+   * body, hence a list).
+   */
+  readonly unreceived: Map<string, Fire[]>;
   /** Every message in the queue, by message id, until it is deleted or dead-lettered. */
   readonly messages: Map<string, Fire>;
   /** Messages whose first delivery was just handed out twice: its copy is still to come. */
@@ -178,8 +190,11 @@ interface WindowRun {
   readonly errors: string[];
   /** Invocations of the window under way, to thaw on stop. */
   readonly gates: Set<InvocationGate>;
-  /** Holders frozen by a pause, woken when a takeover's invocation is over. */
-  readonly frozen: Set<InvocationGate>;
+  /**
+   * Holders frozen by a pause, by the slot they hold (the window, or one of its shards), each woken
+   * when an invocation that took the same slot over is over.
+   */
+  readonly frozen: Map<string, Set<InvocationGate>>;
   /** Messages of the window still in the queue. */
   readonly live: Set<string>;
   /** Messages whose duplicate copy has not been delivered yet. */
@@ -353,7 +368,7 @@ export class LocalRunner {
       claimedBy: [],
       errors: [],
       gates: new Set(),
-      frozen: new Set(),
+      frozen: new Map(),
       live: new Set(),
       copiesOwed: new Set(),
       retry: undefined,
@@ -422,7 +437,7 @@ export class LocalRunner {
       this.#clock.now(),
     );
     const options: RunOptions = { ...runOptionsOf(spec), deadlineMs, ...this.#o.runOptions };
-    resolveRunOptions(options);
+    const { shards } = resolveRunOptions(options);
     const duplicates = this.#faults.includes(FaultKind.Duplicate);
     const duplicated = new Set<string>();
     // The queue and the event source call back into the engine only once messages flow.
@@ -447,8 +462,10 @@ export class LocalRunner {
       queue,
       handler: (event, context) => this.#invoke(engine, event, context),
       clock: dueNowAtOnce(this.#clock),
-      // Every replica's fire is taken at once, as N schedules and functions would.
-      maximumConcurrency: Math.max(2, this.#replicas * (duplicates ? 2 : 1)),
+      // Every replica's fire is taken at once, as N schedules and functions would, and every shard
+      // of a split window runs at once beside them (ScheduledJob's maximumConcurrency covers the
+      // shards too), each copy of a duplicated delivery an invocation of its own.
+      maximumConcurrency: Math.max(2, (this.#replicas + (shards > 1 ? shards : 0)) * (duplicates ? 2 : 1)),
       timeoutMs,
       name: spec.id,
     });
@@ -470,18 +487,42 @@ export class LocalRunner {
 
   /** Sends one fire of a window to the job's queue, as the schedule does. */
   #send(engine: JobEngine, run: WindowRun, origin: string, event: FireEvent): void {
-    engine.unreceived.set(event.executionId, { run, origin });
-    run.unreceived++;
-    void engine.queue.send(JSON.stringify(event), 0);
+    const body = JSON.stringify(event);
+    this.#expect(engine, { run, origin }, body);
+    void engine.queue.send(body, 0);
+  }
+
+  /** A message of the window's about to be sent: it is the window's until it is gone. */
+  #expect(engine: JobEngine, fire: Fire, body: string): void {
+    const waiting = engine.unreceived.get(body);
+    if (waiting) waiting.push(fire);
+    else engine.unreceived.set(body, [fire]);
+    fire.run.unreceived++;
+  }
+
+  /**
+   * The work queue as one invocation of `run` reaches it: through its gate, and every message it
+   * sends (a coordinator's one message per shard) counted as the window's, so the window is not
+   * over while a shard's message is on its way or in the queue.
+   */
+  #queueFor(engine: JobEngine, run: WindowRun, gate: InvocationGate): WorkQueue {
+    const queue: WorkQueue = {
+      send: async (body, delayMs) => {
+        this.#expect(engine, { run, origin: originOf(body) }, body);
+        await engine.queue.send(body, delayMs);
+      },
+      changeVisibility: (handle, visibleInMs) => engine.queue.changeVisibility(handle, visibleInMs),
+    };
+    return gatedWorkQueue(queue, gate);
   }
 
   #received(engine: JobEngine, records: readonly SqsRecord[]): void {
     for (const record of records) {
       if (!engine.messages.has(record.messageId)) {
-        const executionId = executionIdOf(record.body);
-        const fire = executionId === undefined ? undefined : engine.unreceived.get(executionId);
+        const waiting = engine.unreceived.get(record.body);
+        const fire = waiting?.shift();
         if (!fire) continue;
-        engine.unreceived.delete(executionId!);
+        if (waiting!.length === 0) engine.unreceived.delete(record.body);
         engine.messages.set(record.messageId, fire);
         fire.run.unreceived--;
         fire.run.live.add(record.messageId);
@@ -535,7 +576,8 @@ export class LocalRunner {
     const gate = new InvocationGate(name);
     const spec = engine.job.spec;
     const sender = this.#o.senderFor(fire.run.from);
-    let claimed = false;
+    // The slot this invocation claimed, if it did: the window, or the shard its message names.
+    let held: string | undefined;
     if (run) {
       run.fires++;
       run.inFlight++;
@@ -544,13 +586,13 @@ export class LocalRunner {
     const handler = createJobHandler(
       engine.job.definition(
         gatedSender(sender, gate, run?.script, (fault) => {
-          if (run) this.#onStrike(run, gate, fault);
+          if (run) this.#onStrike(run, gate, fault, held);
         }),
       ),
       {
         backend: gatedBackend(this.#o.backend, gate, {
-          onClaimed: () => {
-            claimed = true;
+          onClaimed: (slot) => {
+            held = slotName(slot);
             run?.claimedBy.push(name);
           },
         }),
@@ -558,7 +600,7 @@ export class LocalRunner {
         log: this.#o.log ?? silentLog,
         clock: this.#clock,
         options: engine.options,
-        workQueue: gatedWorkQueue(engine.queue, gate),
+        workQueue: this.#queueFor(engine, fire.run, gate),
       },
     );
     this.#invocations.add(gate);
@@ -594,19 +636,25 @@ export class LocalRunner {
       if (run) {
         run.gates.delete(gate);
         run.inFlight--;
-        if (claimed && !gate.frozen) {
-          // A takeover is over: the holder it took over from wakes up, fenced.
-          for (const frozen of run.frozen) frozen.thaw();
-          run.frozen.clear();
+        const frozen = held === undefined ? undefined : run.frozen.get(held);
+        if (frozen && !gate.frozen) {
+          // A takeover of the frozen holder's slot is over: the holder wakes up, fenced.
+          for (const holder of frozen) holder.thaw();
+          run.frozen.delete(held!);
         }
         this.#check(run);
       }
     }
   }
 
-  #onStrike(run: WindowRun, gate: InvocationGate, fault: EffectFault): void {
+  #onStrike(run: WindowRun, gate: InvocationGate, fault: EffectFault, held: string | undefined): void {
     this.#o.onFault?.(`${run.job.spec.id} ${windowOf(run.window)}: ${describeFault(fault, gate.name)}`);
-    if (fault.kind === 'pause') run.frozen.add(gate);
+    // Only a slot's holder sends, so a pause always strikes one that holds a slot.
+    if (fault.kind === 'pause' && held !== undefined) {
+      const frozen = run.frozen.get(held) ?? new Set();
+      frozen.add(gate);
+      run.frozen.set(held, frozen);
+    }
   }
 
   /** Settles the window's run once it is over (see fire), sending the retry fault's fire first. */
@@ -671,6 +719,7 @@ export class LocalRunner {
       done: tally.done,
       failed: tally.failed + tally.waiting,
       state: record?.state ?? 'MISSED',
+      shards: record?.shards ?? 1,
       epoch: record?.epoch ?? 0,
       ms: this.#clock.now() - run.started,
     };
@@ -694,14 +743,22 @@ function dueNowAtOnce(clock: Clock): Clock {
   };
 }
 
-/** The execution id in a message's body (the scheduler event), if it has one. */
-function executionIdOf(body: string): string | undefined {
+/**
+ * What an invocation's own message is called in reports: `shard-3` for a shard's message from the
+ * window's coordinator, else `continuation` (a direct invocation's; not on the SQS path).
+ */
+function originOf(body: string): string {
   try {
-    const id = (JSON.parse(body) as { executionId?: unknown }).executionId;
-    return typeof id === 'string' ? id : undefined;
+    const shard = (JSON.parse(body) as { shard?: unknown }).shard;
+    return typeof shard === 'number' ? `${SHARD_ORIGIN}${shard}` : 'continuation';
   } catch {
-    return undefined;
+    return 'continuation';
   }
+}
+
+/** A slot's name among the window's: `window`, or `shard-3`. */
+function slotName(slot: Slot): string {
+  return slot.shard === undefined ? 'window' : `${SHARD_ORIGIN}${slot.shard}`;
 }
 
 function describeFault(fault: EffectFault, invocation: string): string {
@@ -727,12 +784,17 @@ function runOptionsOf(spec: JobSpec): RunOptions {
 /** One line per window, for `npm start -- serve` and the demo. */
 export function describeWindow(report: WindowReport): string {
   const n = (value: number | undefined) => (value === undefined ? '-' : value.toLocaleString('en-US'));
-  const claimed = report.claimedBy.length > 0 ? report.claimedBy.join(' → ') : 'nobody';
+  // A split window's shard runs are counted, not listed: eight shards' continuations would fill the line.
+  const windowRuns = report.claimedBy.filter((name) => !name.startsWith(SHARD_ORIGIN));
+  const claimed = windowRuns.length > 0 ? windowRuns.join(' → ') : 'nobody';
   const parts = [
     `${report.window} ${report.jobId}${report.backfilled ? ' (catch-up)' : ''}`,
     `fires ${report.fires}`,
     `runs ${report.runs}`,
     `claimed by ${claimed}`,
+    ...(report.shards > 1
+      ? [`shards ${report.shards} (${report.claimedBy.length - windowRuns.length} runs)`]
+      : []),
     `delivered ${n(report.delivered)}`,
     `duplicates ${n(report.duplicates)}`,
     `in doubt ${report.inDoubt}`,

@@ -3,6 +3,7 @@ import type { EmailSender } from '../shared/effects/email-sender.js';
 import { ConfigurationError, SlotguardError } from '../shared/errors.js';
 import type { SlotBackend } from '../shared/job/run-slot.js';
 import type { ClaimStore, EffectLedger } from '../shared/slot/ports.js';
+import type { Slot } from '../shared/slot/slot.js';
 
 /**
  * The faults of production the local runner can inject on the slotguard side, each applied to
@@ -102,16 +103,19 @@ export class InvocationGate {
   }
 }
 
-/** The backend as one invocation reaches it: every call goes through its gate. */
+/**
+ * The backend as one invocation reaches it: every call goes through its gate. `onClaimed` is told
+ * the slot of each claim granted (the window, or one of its shards).
+ */
 export function gatedBackend(
   backend: SlotBackend,
   gate: InvocationGate,
-  observe: { onClaimed?: () => void } = {},
+  observe: { onClaimed?: (slot: Slot) => void } = {},
 ): SlotBackend {
   const claims: ClaimStore = {
     claim: async (slot, lease, now) => {
       const outcome = await gate.pass(() => backend.claims.claim(slot, lease, now));
-      if (outcome.kind === 'claimed') observe.onClaimed?.();
+      if (outcome.kind === 'claimed') observe.onClaimed?.(slot);
       return outcome;
     },
     renew: (claim, leaseMs, now) => gate.pass(() => backend.claims.renew(claim, leaseMs, now)),
@@ -134,7 +138,8 @@ export function gatedBackend(
     list: (slot) => backend.ledger.list(slot),
     recordProviderWord: (slot, keyHash, word) =>
       gate.pass(() => backend.ledger.recordProviderWord(slot, keyHash, word)),
-    settleInDoubt: (slot, stale, to, now) => gate.pass(() => backend.ledger.settleInDoubt(slot, stale, to, now)),
+    settleInDoubt: (slot, stale, to, now) =>
+      gate.pass(() => backend.ledger.settleInDoubt(slot, stale, to, now)),
   };
   return { claims, ledger, hashKey: backend.hashKey };
 }

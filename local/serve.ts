@@ -66,6 +66,11 @@ export interface ServeOptions extends LocalJobOptions {
    */
   readonly lambdaTimeoutSeconds?: number;
   /**
+   * Shards every job's windows are split into (each job's RunOptions.shards).
+   * @default 1 (not split)
+   */
+  readonly shards?: number;
+  /**
    * The windows' schedules, the work queues, the event sources and Lambda's time limit run on it.
    * @default the system clock
    */
@@ -139,6 +144,7 @@ export async function startServe(options: ServeOptions): Promise<ServeHandle> {
     ...(options.lambdaTimeoutSeconds !== undefined
       ? { lambdaTimeoutMs: options.lambdaTimeoutSeconds * 1000 }
       : {}),
+    ...(options.shards !== undefined ? { runOptions: { shards: options.shards } } : {}),
     log: fileLog(join(options.stateDir, 'serve.log.jsonl')),
     metrics: (jobId) => emfMetrics({ jobId, write: (line) => appendFileSync(emfPath, `${line}\n`) }),
     ...(options.replicas !== undefined ? { replicas: options.replicas } : {}),
@@ -157,6 +163,7 @@ export async function startServe(options: ServeOptions): Promise<ServeHandle> {
     options.lambdaTimeoutSeconds !== undefined
       ? `, Lambda's time limit ${options.lambdaTimeoutSeconds} s`
       : '',
+    (options.shards ?? 1) > 1 ? `, windows split into ${options.shards} shards` : '',
   ].join('');
   out.write(
     `slotguard serve: ${jobs.length} jobs, ${options.replicas ?? 3} replicas each${

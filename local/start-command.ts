@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import type { Clock } from '../shared/clock.js';
 import { SlotguardError } from '../shared/errors.js';
+import { MAX_SHARDS } from '../shared/slot/slot.js';
 import type { LocalBackendKind } from './local-backend.js';
 import type { TerminalOutput } from './local-runner.js';
 import { type FaultKind, parseFaults } from './replica-faults.js';
@@ -33,11 +34,15 @@ Options:
                       900 for the weekly report). A run stops in time and the job's work queue
                       delivers the window again until it is finished; the table counts the runs.
                       The demo's unguarded replicas are stopped at the limit, as Lambda stops them.
+  --shards N          split each slotguard window into N shards, 1 to 1000 (default 1): the
+                      window's first run sends one message per shard to the job's work queue and
+                      the shards run at once, each its own invocations, sharing --send-rate; the
+                      last shard to end finishes the window
   --json              demo: end with one line of JSON, the slotguard side's window read from the
                       SMTP server and the ledger: {"delivered","duplicates","inDoubt","failed",
-                      "unfinished","runs"}. unfinished counts customers with no outcome (not
-                      delivered, not in doubt, not failed; in a window not finished, those waiting
-                      for a retry too)
+                      "unfinished","runs","shards"}. unfinished counts customers with no outcome
+                      (not delivered, not in doubt, not failed; in a window not finished, those
+                      waiting for a retry too)
   --backend NAME      dynamodb (default: dynalite in process) or postgres (DATABASE_URL, else an
                       embedded PostgreSQL started for the run)
   --faults LIST       faults injected on the slotguard side, comma-separated:
@@ -57,6 +62,7 @@ Options:
   -h, --help          this text
 
 Example: npm start -- --recipients 20000 --send-rate 500 --lambda-timeout 10 --json
+         npm start -- --recipients 20000 --shards 8 --send-rate 2000 --lambda-timeout 10 --json
 
 Exit code: 0 when slotguard's window ended with no duplicate, no customer unfinished and none
 failed (serve: stopped cleanly), 1 otherwise, 2 on bad flags.`;
@@ -82,6 +88,8 @@ export interface StartArgs {
   readonly sendRatePerSecond?: number;
   /** @default each job's timeoutSeconds */
   readonly lambdaTimeoutSeconds?: number;
+  /** @default 1 (windows are not split) */
+  readonly shards?: number;
   readonly json: boolean;
   readonly outputDir: string;
   readonly stateDir: string;
@@ -105,6 +113,7 @@ export function parseStartArgs(argv: readonly string[]): StartArgs {
         'lease-seconds': { type: 'string' },
         'send-rate': { type: 'string' },
         'lambda-timeout': { type: 'string' },
+        shards: { type: 'string' },
         json: { type: 'boolean' },
         out: { type: 'string' },
         'state-dir': { type: 'string' },
@@ -142,6 +151,7 @@ export function parseStartArgs(argv: readonly string[]): StartArgs {
   const leaseSeconds = optional(text('lease-seconds'), (value) => positiveInt('lease-seconds', value, 60));
   const sendRatePerSecond = optional(text('send-rate'), sendRate);
   const lambdaTimeoutSeconds = optional(text('lambda-timeout'), lambdaTimeout);
+  const shards = optional(text('shards'), shardCount);
   return {
     command: command === 'serve' ? 'serve' : 'demo',
     help: values.help === true,
@@ -158,6 +168,7 @@ export function parseStartArgs(argv: readonly string[]): StartArgs {
     ...(leaseSeconds !== undefined ? { leaseSeconds } : {}),
     ...(sendRatePerSecond !== undefined ? { sendRatePerSecond } : {}),
     ...(lambdaTimeoutSeconds !== undefined ? { lambdaTimeoutSeconds } : {}),
+    ...(shards !== undefined ? { shards } : {}),
   };
 }
 
@@ -195,6 +206,17 @@ function lambdaTimeout(value: string): number {
     );
   }
   return seconds;
+}
+
+function shardCount(value: string): number {
+  const shards = Number(value);
+  if (value.trim() === '' || !Number.isInteger(shards) || shards < 1 || shards > MAX_SHARDS) {
+    throw new StartUsageError(
+      `--shards is ${JSON.stringify(value)}; give a whole number from 1 to ${MAX_SHARDS}, such as 8 ` +
+        '(leave it out for windows that are not split)',
+    );
+  }
+  return shards;
 }
 
 /** Where `npm start` writes, and what it waits on; tests pass collectors and a clock. */
@@ -243,6 +265,7 @@ export async function runStart(argv: readonly string[], io: StartIo): Promise<nu
         ...(args.lambdaTimeoutSeconds !== undefined
           ? { lambdaTimeoutSeconds: args.lambdaTimeoutSeconds }
           : {}),
+        ...(args.shards !== undefined ? { shards: args.shards } : {}),
         ...(io.clock ? { clock: io.clock } : {}),
         customers: args.recipients,
         invoicesPerWindow: args.invoices,
@@ -267,6 +290,7 @@ export async function runStart(argv: readonly string[], io: StartIo): Promise<nu
       ...(args.leaseSeconds !== undefined ? { leaseSeconds: args.leaseSeconds } : {}),
       ...(args.sendRatePerSecond !== undefined ? { sendRatePerSecond: args.sendRatePerSecond } : {}),
       ...(args.lambdaTimeoutSeconds !== undefined ? { lambdaTimeoutSeconds: args.lambdaTimeoutSeconds } : {}),
+      ...(args.shards !== undefined ? { shards: args.shards } : {}),
       json: args.json,
       ...(io.clock ? { clock: io.clock } : {}),
     });

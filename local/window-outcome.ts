@@ -1,7 +1,7 @@
 import type { LocalJob } from '../functions/local-jobs.js';
 import type { SlotBackend } from '../shared/job/run-slot.js';
-import { type EffectRecord, EffectState, SlotState } from '../shared/slot/ports.js';
-import { windowOf } from '../shared/slot/slot.js';
+import { type EffectRecord, EffectState, type SlotRecord, SlotState } from '../shared/slot/ports.js';
+import { type Slot, windowOf } from '../shared/slot/slot.js';
 import type { MailTally } from './smtp-sink.js';
 
 /**
@@ -26,8 +26,14 @@ export interface WindowOutcome {
    * runs have not reached.
    */
   readonly unfinished: number;
-  /** Runs granted the window's slot: its epoch (one per claim, continuation or takeover). */
+  /**
+   * Runs granted the window's slot: its epoch (one per claim, continuation or takeover); for a
+   * window split into shards, its coordinator's runs and every shard's (each shard's epoch), as
+   * the local runner's table counts them.
+   */
   readonly runs: number;
+  /** Shards the window was split into, as its record says: 1 when it was not split. */
+  readonly shards: number;
 }
 
 /**
@@ -69,6 +75,18 @@ export async function windowOutcome(args: {
     inDoubt,
     failed,
     unfinished,
-    runs: record?.summary?.runs ?? record?.epoch ?? 0,
+    runs: await runsOf(backend, slot, record),
+    shards: record?.shards ?? 1,
   };
+}
+
+/** The window's runs: its epoch, plus each shard's when it was split (a shard's record is its own). */
+async function runsOf(backend: SlotBackend, window: Slot, record: SlotRecord | undefined): Promise<number> {
+  if (!record) return 0;
+  const shards = record.shards ?? 1;
+  if (shards <= 1) return record.summary?.runs ?? record.epoch;
+  const records = await Promise.all(
+    Array.from({ length: shards }, (_, shard) => backend.claims.read({ ...window, shard })),
+  );
+  return records.reduce((runs, shard) => runs + (shard?.epoch ?? 0), record.epoch);
 }

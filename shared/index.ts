@@ -85,6 +85,7 @@ export {
   type Env,
   type EnvironmentBackend,
   type EnvironmentBackendContext,
+  type JobHandlerEnvironmentOptions,
   jobHandlerFromEnvironment,
   registerEnvironmentBackend,
   requiredVariable,

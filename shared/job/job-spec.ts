@@ -1,3 +1,5 @@
+import type { AfterGrace } from './in-doubt-resolution.js';
+
 /**
  * What a job is, as deployed: the one definition the CDK app synthesises and the local runner
  * fires, so what runs locally is what deploys. The code a job runs lives in its handler module
@@ -50,6 +52,26 @@ export interface JobSpec {
    * @default 1 (not split: one run at a time works through the window)
    */
   readonly shards?: number;
+  /**
+   * How long, in minutes after an email left in doubt was reserved (a run died between sending it
+   * and recording it done), its window waits for the provider's word about it before judging it
+   * without one (`inDoubtAfterGrace`). The window looks again a minute and five minutes after the
+   * reservation, then at the end of this; SES reports an accepted message within seconds. Shorter
+   * than the deadline, so the window can still act on what it finds. Deployed, it needs the job's
+   * SES events recorded (ScheduledJob's `ses`, `recordEvents`); locally the SMTP server's log is
+   * the word.
+   * @default 60 when the job's SES events are recorded (at most half the deadline), else 0: nothing
+   *   to wait for
+   */
+  readonly inDoubtGraceMinutes?: number;
+  /**
+   * What becomes of an email in doubt the provider said nothing of within `inDoubtGraceMinutes`.
+   * `'report'`: it stays in doubt, and EffectInDoubt pages for a person to check. `'resend'`: it is
+   * sent again. Probably safe, since SES reports a message it accepted within seconds, but its
+   * events can be later still, or lost, and then the recipient gets the email twice.
+   * @default 'report'
+   */
+  readonly inDoubtAfterGrace?: AfterGrace;
   /**
    * What to do with windows that passed while nothing fired (the local runner down, a schedule
    * paused): run none, the latest, or all of them, within a maximum lateness. Honoured by the local

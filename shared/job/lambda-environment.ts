@@ -1,4 +1,5 @@
 import { createDynamoClient, dynamoBackend } from '../backends/dynamodb/dynamodb-backend.js';
+import type { Clock } from '../clock.js';
 import { SqsWorkQueue } from '../continuation/sqs-work-queue.js';
 import { ConfigurationError } from '../errors.js';
 import { jsonLog } from '../telemetry/log.js';
@@ -28,6 +29,15 @@ export {
   requiredVariable,
 } from './environment-backend.js';
 
+/** What `jobHandlerFromEnvironment` takes beside the job and the environment. */
+export interface JobHandlerEnvironmentOptions {
+  /**
+   * The clock runs are timed by: leases, retry times, the in-doubt grace period. A test moves its own.
+   * @default the system clock
+   */
+  readonly clock?: Clock;
+}
+
 /**
  * The Lambda handler for `job`, configured from the environment the construct sets (RuntimeEnv;
  * SLOTGUARD_BACKEND picks DynamoDB, the default, or a registered backend such as Postgres; with
@@ -40,7 +50,11 @@ export {
  * tried again by the next invocation.
  * @example export const handler = jobHandlerFromEnvironment(weeklyReportJob({ customers, sender }));
  */
-export function jobHandlerFromEnvironment(job: JobDefinition, env: Env = process.env): JobHandler {
+export function jobHandlerFromEnvironment(
+  job: JobDefinition,
+  env: Env = process.env,
+  handlerOptions: JobHandlerEnvironmentOptions = {},
+): JobHandler {
   const configuredJob = requiredVariable(env, RuntimeEnv.jobId);
   if (configuredJob !== job.id) {
     throw new ConfigurationError(
@@ -75,6 +89,7 @@ export function jobHandlerFromEnvironment(job: JobDefinition, env: Env = process
     log: jsonLog(job.id),
     options,
     keyRing,
+    ...(handlerOptions.clock ? { clock: handlerOptions.clock } : {}),
     // The SQS client is built on the first send or visibility change: a run that finishes its
     // window directly never builds one.
     ...(workQueueUrl ? { workQueue: new SqsWorkQueue({ queueUrl: workQueueUrl }) } : {}),
@@ -135,7 +150,11 @@ function workQueueUrlOf(env: Env): string | undefined {
   return raw;
 }
 
-function dynamoBackendFromEnvironment(
+/**
+ * The DynamoDB backend SLOTGUARD_TABLE_NAME (and DYNAMODB_ENDPOINT) name, the table checked now,
+ * connected on first use; the SES event recorder builds its ledger with it too.
+ */
+export function dynamoBackendFromEnvironment(
   env: Env,
   context: EnvironmentBackendContext,
   retentionDays: number,

@@ -2,6 +2,8 @@ import type {
   Claim,
   ClaimOutcome,
   EffectRecord,
+  ProviderWord,
+  ProviderWordOutcome,
   ReserveOptions,
   ReserveOutcome,
   SlotRecord,
@@ -153,4 +155,19 @@ export function reserveOutcomeOfConflict(
   }
   if (!options.rerunInDoubt) return { kind: 'in-doubt', epoch: current.epoch };
   return { kind: 'take-over', current };
+}
+
+/**
+ * What a provider's word that wrote nothing (its condition failed) came to, read from the record
+ * that made it fail. Shared by every backend, so they cannot disagree on it: `done` for a DONE
+ * record; `recorded` for one of the word's epoch that already says as much (the same outcome, a
+ * duplicated event, or an acceptance, which a rejection never replaces); else `unknown`.
+ */
+export function providerWordOutcomeOfConflict(
+  current: EffectRecord | undefined,
+  word: ProviderWord,
+): ProviderWordOutcome {
+  if (current?.state === EffectState.Done) return 'done';
+  const onRecord = current?.epoch === word.epoch ? current.provider?.outcome : undefined;
+  return onRecord === 'accepted' || onRecord === word.outcome ? 'recorded' : 'unknown';
 }

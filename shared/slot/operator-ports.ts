@@ -1,4 +1,4 @@
-import type { EffectRecord, SlotRecord } from './ports.js';
+import { type EffectLedger, type EffectRecord, EffectState, type SlotRecord } from './ports.js';
 import type { Slot } from './slot.js';
 
 /**
@@ -143,3 +143,29 @@ export type RefusalReason =
   | 'lease-live'
   /** The slot's state does not allow this write (releasing a DONE slot, reopening a RUNNING one). */
   | 'state';
+
+/**
+ * The FAILED effects a re-drive clears (see OperatorStore.redrive), as an adapter without
+ * transactions reads them before it deletes each one: every one of the window, or the `keyHashes`
+ * named, all of which must be FAILED (else the answer names the ones that are not, and nothing is
+ * to be written).
+ */
+export async function failedEffectsToClear(
+  ledger: Pick<EffectLedger, 'read' | 'list'>,
+  slot: Slot,
+  keyHashes: readonly string[] | undefined,
+): Promise<EffectRecord[] | Extract<RedriveOutcome, { kind: 'effects-not-failed' }>> {
+  const failed: EffectRecord[] = [];
+  if (!keyHashes) {
+    for await (const effect of ledger.list(slot)) {
+      if (effect.state === EffectState.Failed) failed.push(effect);
+    }
+    return failed;
+  }
+  const found = await Promise.all(
+    [...new Set(keyHashes)].map(async (keyHash) => ({ keyHash, current: await ledger.read(slot, keyHash) })),
+  );
+  const notFailed = found.filter(({ current }) => current?.state !== EffectState.Failed);
+  if (notFailed.length > 0) return { kind: 'effects-not-failed', effects: notFailed };
+  return found.map(({ current }) => current!);
+}

@@ -35,10 +35,27 @@ export const MetricName = {
   EffectInDoubtFound: 'EffectInDoubtFound',
   /** An in-doubt effect the provider's word confirmed it accepted: recorded done, not sent again. */
   InDoubtConfirmed: 'InDoubtConfirmed',
+  /**
+   * An effect still in doubt when its window finished (counted in EffectInDoubt then) that the
+   * provider's word, arriving later, confirmed: recorded done by the watchdog. Many of these mean the
+   * grace period is shorter than the provider's events take to arrive. Not alarmed.
+   */
+  InDoubtConfirmedLate: 'InDoubtConfirmedLate',
   /** An in-doubt effect the provider said it did not accept (SES Reject): due for a retry. */
   InDoubtRejected: 'InDoubtRejected',
   /** An in-doubt effect with no word past the grace period, sent again by the job's opt-in policy. */
   InDoubtResent: 'InDoubtResent',
+  /**
+   * The SES event recorder wrote the provider's word onto an effect not yet done (one in flight, or
+   * one a run left in doubt), or found it there already (a duplicated event).
+   */
+  ProviderWordRecorded: 'ProviderWordRecorded',
+  /**
+   * The SES event recorder wrote nothing for an event: the effect was done already (the usual case:
+   * the run marked it before SES reported), its record is gone or of another epoch, the event says
+   * nothing about one message, it is another job's, or it is malformed (logged).
+   */
+  ProviderWordIgnored: 'ProviderWordIgnored',
   /**
    * An effect failed for good: refused on its last allowed attempt (or its key was unusable), so it
    * was not performed. Pages: somebody did not get their email.

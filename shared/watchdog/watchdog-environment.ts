@@ -1,9 +1,12 @@
 import { createDynamoClient } from '../backends/dynamodb/dynamodb-backend.js';
 import { DynamoClaimStore } from '../backends/dynamodb/dynamodb-claim-store.js';
+import { DynamoEffectLedger } from '../backends/dynamodb/dynamodb-effect-ledger.js';
+import { DynamoOperatorStore } from '../backends/dynamodb/dynamodb-operator-store.js';
 import type { EffectKeyHasher } from '../effects/effect-key.js';
 import { SlotguardError } from '../errors.js';
 import { backendKind, type Env, registeredBackend, requiredVariable } from '../job/environment-backend.js';
 import { BackendKind, RuntimeEnv } from '../job/runtime-env.js';
+import type { InDoubtResolverStores } from '../operator/in-doubt-resolver.js';
 import { jsonLog } from '../telemetry/log.js';
 import { emfMetrics } from '../telemetry/metrics.js';
 import { createWatchdogHandler, type SlotReader } from './watchdog-lambda.js';
@@ -17,11 +20,37 @@ import { createWatchdogHandler, type SlotReader } from './watchdog-lambda.js';
  * @example export const handler = watchdogHandlerFromEnvironment(process.env);
  */
 export function watchdogHandlerFromEnvironment(env: Env = process.env) {
+  const inDoubt = watchdogInDoubtStoresFromEnvironment(env);
   return createWatchdogHandler({
     claims: watchdogClaimsFromEnvironment(env),
+    ...(inDoubt ? { inDoubt } : {}),
     metrics: (jobId) => emfMetrics({ jobId }),
     log: (jobId) => jsonLog(jobId),
   });
+}
+
+/**
+ * What confirming in-doubt effects uses (a watchdog event's `confirmInDoubt`), on the backend the
+ * environment names, connected on first use: on DynamoDB, the job's slot records, effect ledger and
+ * operator writes on the same table (dynamodb:GetItem, Query and UpdateItem on the job's items, which
+ * the function is granted only for the jobs whose events ask). Undefined for the other backends,
+ * whose environment builds no operator store yet.
+ */
+export function watchdogInDoubtStoresFromEnvironment(
+  env: Env,
+): (() => Promise<InDoubtResolverStores>) | undefined {
+  if (backendKind(env) !== BackendKind.DynamoDB) return undefined;
+  const tableName = requiredVariable(env, RuntimeEnv.tableName);
+  const endpoint = env[RuntimeEnv.dynamodbEndpoint];
+  return async () => {
+    const options = { client: createDynamoClient(endpoint ? { endpoint } : {}), tableName };
+    return {
+      claims: new DynamoClaimStore(options),
+      // It reserves nothing, so it writes no record's expiry.
+      ledger: new DynamoEffectLedger({ ...options, expiresAtSeconds: () => 0 }),
+      operator: new DynamoOperatorStore(options),
+    };
+  };
 }
 
 /**

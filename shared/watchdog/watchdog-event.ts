@@ -42,6 +42,15 @@ export interface WatchdogEvent {
    * @default the whole lookback is judged
    */
   readonly notBefore?: string;
+  /**
+   * After the audit, confirm the effects finished windows (DONE, PARTIAL) still hold in doubt whose
+   * message the provider has since accepted (its word on their records, from SES's events): each is
+   * recorded done, and its window's summary counts it so. Nothing is ever sent again from the
+   * watchdog. Needs the watchdog's function to read the job's effects and write its slot and effect
+   * records (DynamoDB: Query and UpdateItem as well as GetItem on the job's items).
+   * @default false: the watchdog only reads slot records
+   */
+  readonly confirmInDoubt?: boolean;
 }
 
 /** The defaults of a watchdog event's optional fields. */
@@ -58,6 +67,8 @@ export interface WatchdogRequest {
   readonly rateStart?: number;
   /** See WatchdogEvent.notBefore, in epoch ms. @default absent: the whole lookback is judged */
   readonly notBefore?: number;
+  /** See WatchdogEvent.confirmInDoubt. */
+  readonly confirmInDoubt: boolean;
 }
 
 /** The event field each audit input comes from, for the message that rejects it. */
@@ -103,6 +114,13 @@ export function parseWatchdogEvent(event: unknown): WatchdogRequest {
   }
   const graceSeconds = number(fields.graceSeconds, 'graceSeconds', 'seconds');
   const lookbackHours = number(fields.lookbackHours, 'lookbackHours', 'hours');
+  if (fields.confirmInDoubt !== undefined && typeof fields.confirmInDoubt !== 'boolean') {
+    throw new InvalidEventError(
+      'confirmInDoubt',
+      `confirmInDoubt is ${describe(fields.confirmInDoubt)}; send true (confirm in-doubt effects the provider ` +
+        'accepted) or false, as a JSON boolean, or leave it out',
+    );
+  }
   const rateStart = instant(fields.rateStart, 'rateStart');
   const notBefore = instant(fields.notBefore, 'notBefore');
   if (rateStart === undefined && /^\s*rate\s*\(/.test(schedule.expression)) {
@@ -118,6 +136,7 @@ export function parseWatchdogEvent(event: unknown): WatchdogRequest {
     deadlineMs: deadlineSeconds * 1000,
     graceMs: (graceSeconds ?? WATCHDOG_EVENT_DEFAULTS.graceSeconds) * 1000,
     lookbackMs: (lookbackHours ?? WATCHDOG_EVENT_DEFAULTS.lookbackHours) * 3_600_000,
+    confirmInDoubt: fields.confirmInDoubt === true,
     ...(rateStart !== undefined ? { rateStart } : {}),
     ...(notBefore !== undefined ? { notBefore } : {}),
   };

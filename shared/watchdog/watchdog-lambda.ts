@@ -1,9 +1,12 @@
 import { type Clock, systemClock } from '../clock.js';
 import { InvalidEventError } from '../errors.js';
+import type { InDoubtResolverStores } from '../operator/in-doubt-resolver.js';
 import type { ClaimStore } from '../slot/ports.js';
 import { JOB_ID_PATTERN } from '../slot/slot.js';
 import type { Log } from '../telemetry/log.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
+import { safeErrorText } from '../telemetry/safe-error-text.js';
+import { confirmInDoubt, type InDoubtConfirmation } from './in-doubt-confirmation.js';
 import { EVENT_FIELD_OF_INPUT, parseWatchdogEvent, type WatchdogRequest } from './watchdog-event.js';
 import {
   AuditInputError,
@@ -13,8 +16,11 @@ import {
   type WindowVerdict,
 } from './window-audit.js';
 
-/** The slot reads the watchdog makes: nothing else of a claims backend. */
+/** The slot reads the watchdog's audit makes: nothing else of a claims backend. */
 export type SlotReader = Pick<ClaimStore, 'read'>;
+
+/** A store the handler is given, or a function that connects to it on first use (cold start). */
+export type Connectable<T> = T | (() => Promise<T>);
 
 /** What the watchdog's handler is built from. */
 export interface WatchdogHandlerDeps {
@@ -22,7 +28,13 @@ export interface WatchdogHandlerDeps {
    * Where the slot records are read, or a function that connects on first use (cold start). A
    * connection that fails is not kept: the next invocation tries again.
    */
-  readonly claims: SlotReader | (() => Promise<SlotReader>);
+  readonly claims: Connectable<SlotReader>;
+  /**
+   * What confirming in-doubt effects reads and writes (an event's `confirmInDoubt`): the slot
+   * records, the job's effects, and the operator's writes. Connected on the first event that asks.
+   * @default none: an event asking to confirm gets a warning in the log, and its audit as ever
+   */
+  readonly inDoubt?: Connectable<InDoubtResolverStores>;
   /** Metrics of one audit, with the audited job's JobId dimension; flushed before the handler returns. */
   readonly metrics: (jobId: string) => JobMetrics;
   /** The log lines of one audit, for the audited job. */
@@ -42,6 +54,11 @@ export type WatchdogResponse =
       readonly missing: readonly string[];
       readonly incomplete: readonly string[];
       readonly partial: readonly string[];
+      /**
+       * What confirming in-doubt effects came to.
+       * @default absent: the event did not ask, the watchdog cannot, or its stores did not answer (logged)
+       */
+      readonly inDoubt?: InDoubtConfirmation;
     }
   /** The event can never be audited (malformed, or an input the audit refuses); not retried. */
   | { readonly status: 'rejected'; readonly field: string; readonly message: string };
@@ -53,10 +70,15 @@ export type WatchdogResponse =
  * A rejected event emits none of the three, so the WatchdogRun missing-data alarm pages for a
  * watchdog that is deployed but not watching. A store that does not answer is thrown, so Lambda's
  * retries (and, failing them, the same alarm) take it.
+ *
+ * An event with `confirmInDoubt` then confirms the effects finished windows still hold in doubt that
+ * the provider has since accepted (confirmInDoubt: recorded done, InDoubtConfirmedLate), and never
+ * sends anything again.
  * @example export const handler = createWatchdogHandler({ claims, metrics: (jobId) => emfMetrics({ jobId }), log: jsonLog });
  */
 export function createWatchdogHandler(deps: WatchdogHandlerDeps) {
-  let claims: Promise<SlotReader> | undefined;
+  const claims = connectOnce(deps.claims);
+  const inDoubt = deps.inDoubt === undefined ? undefined : connectOnce(deps.inDoubt);
   const clock = deps.clock ?? systemClock;
   return async function handler(event: unknown): Promise<WatchdogResponse> {
     let request: WatchdogRequest;
@@ -66,11 +88,7 @@ export function createWatchdogHandler(deps: WatchdogHandlerDeps) {
       if (error instanceof InvalidEventError) return reject(deps, event, error.field, error.message);
       throw error;
     }
-    claims ??= connect(deps.claims).catch((error: unknown) => {
-      claims = undefined;
-      throw error;
-    });
-    const store = await claims;
+    const store = await claims();
     let audit: WindowAudit;
     try {
       audit = await auditWindows({ ...request, now: clock.now(), claims: store });
@@ -80,8 +98,10 @@ export function createWatchdogHandler(deps: WatchdogHandlerDeps) {
       throw error;
     }
     const metrics = deps.metrics(request.jobId);
+    const log = deps.log(request.jobId);
     countWatchdogMetrics(audit, metrics);
-    report(audit, deps.log(request.jobId));
+    report(audit, log);
+    const confirmed = request.confirmInDoubt ? await confirm(audit, inDoubt, clock, metrics, log) : undefined;
     await metrics.flush();
     const windows = (verdict: WindowVerdict) =>
       audit.windows.filter((w) => w.verdict === verdict).map((w) => w.window);
@@ -93,8 +113,42 @@ export function createWatchdogHandler(deps: WatchdogHandlerDeps) {
       missing: windows('missing'),
       incomplete: windows('incomplete'),
       partial: windows('partial'),
+      ...(confirmed ? { inDoubt: confirmed } : {}),
     };
   };
+}
+
+/**
+ * Confirms in-doubt effects after an audit (confirmInDoubt), never at the audit's expense: a store
+ * that does not answer, or denies the writes, is logged and the audit's metrics still go out; the
+ * next run, 15 minutes later, tries again.
+ */
+async function confirm(
+  audit: WindowAudit,
+  stores: (() => Promise<InDoubtResolverStores>) | undefined,
+  clock: Clock,
+  metrics: JobMetrics,
+  log: Log,
+): Promise<InDoubtConfirmation | undefined> {
+  if (!stores) {
+    log.warn(
+      'watchdog event asks to confirm in-doubt effects, but this watchdog has no effect ledger or operator ' +
+        'store for its backend (DynamoDB only, so far): only the audit ran',
+      { jobId: audit.jobId },
+    );
+    return undefined;
+  }
+  try {
+    return await confirmInDoubt({ audit, stores: await stores(), now: clock.now(), metrics, log });
+  } catch (error) {
+    log.error(
+      "watchdog could not confirm in-doubt effects from the provider's word; the next run tries again",
+      {
+        error: safeErrorText(error),
+      },
+    );
+    return undefined;
+  }
 }
 
 /** One error line per window that pages (the alarm says how many; these say which), one summary line. */
@@ -130,6 +184,19 @@ function reject(deps: WatchdogHandlerDeps, event: unknown, field: string, messag
   return { status: 'rejected', field, message };
 }
 
-function connect(claims: WatchdogHandlerDeps['claims']): Promise<SlotReader> {
-  return typeof claims === 'function' ? claims() : Promise.resolve(claims);
+/**
+ * The store, connected on the first call and kept: a connection that fails is not kept, so the next
+ * invocation tries again.
+ */
+function connectOnce<T>(store: Connectable<T>): () => Promise<T> {
+  let connected: Promise<T> | undefined;
+  return () => {
+    connected ??= (
+      typeof store === 'function' ? (store as () => Promise<T>)() : Promise.resolve(store)
+    ).catch((error: unknown) => {
+      connected = undefined;
+      throw error;
+    });
+    return connected;
+  };
 }

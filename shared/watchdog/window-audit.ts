@@ -106,6 +106,11 @@ export interface AuditedWindow {
   readonly dueBy: number;
   /** One sentence for an operator: what is on record and why it got its verdict. Never a raw address. */
   readonly reason: string;
+  /**
+   * Effects a finished window's stored summary counts in doubt.
+   * @default absent: not finished, or finished without a summary (STUCK, FAILED)
+   */
+  readonly inDoubt?: number;
 }
 
 /** An audit of one job's windows over the lookback. */
@@ -194,7 +199,7 @@ export function countWatchdogMetrics(audit: WindowAudit, metrics: JobMetrics): v
   metrics.count(MetricName.WatchdogRun);
 }
 
-type Judgement = Pick<AuditedWindow, 'verdict' | 'state' | 'dueBy' | 'reason'>;
+type Judgement = Pick<AuditedWindow, 'verdict' | 'state' | 'dueBy' | 'reason' | 'inDoubt'>;
 
 function judge(
   record: SlotRecord | undefined,
@@ -217,15 +222,17 @@ function judge(
   }
   const state = record.state;
   const dueBy = record.deadline ?? scheduled + deadlineMs;
+  const inDoubt = record.summary ? { inDoubt: record.summary.inDoubt } : {};
   switch (state) {
     case SlotState.Done:
-      return { verdict: 'ok', state, dueBy, reason: `DONE${summaryText(record)}` };
+      return { verdict: 'ok', state, dueBy, reason: `DONE${summaryText(record)}`, ...inDoubt };
     case SlotState.Partial:
       return {
         verdict: 'partial',
         state,
         dueBy,
         reason: `PARTIAL${summaryText(record)}: effects that failed for good page through EffectFailed`,
+        ...inDoubt,
       };
     case SlotState.Stuck:
       return {

@@ -651,6 +651,27 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 2, owner: 'b' });
     });
 
+    it('answers a duplicated rejection recorded, so the recorder does not report a known effect as unknown', async () => {
+      const { ledger, slot } = await leftInDoubt();
+      expect(await ledger.recordProviderWord(slot, 'k1', rejected)).toBe('recorded');
+      expect(await ledger.recordProviderWord(slot, 'k1', { ...rejected, at: T0 + 40 })).toBe('recorded');
+      expect((await ledger.read(slot, 'k1'))?.provider).toEqual(rejected);
+    });
+
+    it("drops a rejected send's word when the effect is reserved again, so the new send is not read as rejected", async () => {
+      const { ledger, slot, b } = await leftInDoubt();
+      await ledger.recordProviderWord(slot, 'k1', rejected);
+      const stale = await ledger.read(slot, 'k1');
+      if (!stale) throw new Error('k1 not reserved');
+      const now = T0 + LEASE + 2;
+      expect(await ledger.settleInDoubt(slot, stale, 'retry', now)).toBe(true);
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'FAILED', provider: rejected });
+      await ledger.reserve(b, 'k1', { rerunInDoubt: false, now: now + 5 });
+      const again = await ledger.read(slot, 'k1');
+      expect(again).toMatchObject({ state: 'RESERVED', epoch: 2, reservedAt: now + 5 });
+      expect(again?.provider).toBeUndefined();
+    });
+
     it('settles only the exact reservation it read: one of several resolvers wins', async () => {
       const { ledger, slot } = await leftInDoubt();
       const stale = await ledger.read(slot, 'k1');

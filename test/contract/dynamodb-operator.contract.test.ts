@@ -5,6 +5,7 @@ import type { Slot } from '../../shared/slot/slot.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { testBackend } from '../helpers/harness.js';
 import { lease } from './backend-contract.js';
+import { describeInDoubtResolverContract } from './in-doubt-resolver-contract.js';
 import { describeOperatorContract } from './operator-contract.js';
 
 const dynamo = useDynamo();
@@ -16,6 +17,7 @@ async function freshBackend() {
 }
 
 describeOperatorContract('DynamoDB operator store', freshBackend);
+describeInDoubtResolverContract('DynamoDB stores', freshBackend);
 
 // Shards: the DynamoDB operator store only, until the other backends split windows too.
 describe('DynamoDB operator store: a window split into shards', () => {

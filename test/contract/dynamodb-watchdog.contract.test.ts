@@ -1,12 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { DynamoClaimStore } from '../../shared/backends/dynamodb/dynamodb-claim-store.js';
+import { DynamoOperatorStore } from '../../shared/backends/dynamodb/dynamodb-operator-store.js';
 import type { ClaimStore } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
 import { auditWindows } from '../../shared/watchdog/window-audit.js';
 import { useDynamo } from '../helpers/dynalite.js';
+import { testBackend } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 import { lease } from './backend-contract.js';
 import { describeWatchdogAudit } from './watchdog-audit-contract.js';
+import { describeWatchdogInDoubt } from './watchdog-in-doubt-contract.js';
 
 const dynamo = useDynamo();
 
@@ -14,6 +17,12 @@ const freshStore = async () =>
   new DynamoClaimStore({ client: dynamo.client(), tableName: await dynamo.freshTable('watchdog') });
 
 describeWatchdogAudit('DynamoDB', freshStore);
+
+describeWatchdogInDoubt('DynamoDB', async () => {
+  const client = dynamo.client();
+  const tableName = await dynamo.freshTable('watchdog');
+  return { ...testBackend(client, tableName), operator: new DynamoOperatorStore({ client, tableName }) };
+});
 
 // Shards: DynamoDB only, until the other backends split windows too.
 describe('DynamoDB: the watchdog audit of a window split into shards', () => {

@@ -11,17 +11,20 @@ export interface OperatorContractBackend {
   readonly operator: OperatorStore;
 }
 
-const T0 = Date.parse('2026-11-30T06:00:05Z');
-const LEASE = 60_000;
+/** When the contracts' first claims are made: five seconds into the first window. */
+export const T0 = Date.parse('2026-11-30T06:00:05Z');
+/** The contracts' lease. */
+export const LEASE = 60_000;
 let slots = 0;
 
-function freshSlot(): Slot {
-  // Distinct windows keep tests independent even on a shared table or schema.
+/** A window no other test of the run uses: distinct windows keep tests independent even on a shared table or schema. */
+export function freshSlot(): Slot {
   const window = new Date(Date.parse('2026-11-30T06:00:00Z') + ++slots * 60_000);
   return { jobId: 'operator-contract', window: `${window.toISOString().slice(0, 19)}Z` };
 }
 
-function lease(owner: string, maxAttempts = 3): LeaseRequest {
+/** A lease request for `owner`, with the job's 6-hour deadline from T0. */
+export function lease(owner: string, maxAttempts = 3): LeaseRequest {
   return {
     owner,
     leaseMs: LEASE,
@@ -32,8 +35,15 @@ function lease(owner: string, maxAttempts = 3): LeaseRequest {
   };
 }
 
-async function claim(store: ClaimStore, slot: Slot, owner: string, now: number): Promise<Claim> {
-  const outcome = await store.claim(slot, lease(owner), now);
+/** `owner` claims `slot` at `now`; anything but a claim fails the test. */
+export async function claim(
+  store: ClaimStore,
+  slot: Slot,
+  owner: string,
+  now: number,
+  maxAttempts = 3,
+): Promise<Claim> {
+  const outcome = await store.claim(slot, lease(owner, maxAttempts), now);
   if (outcome.kind !== 'claimed')
     throw new Error(`expected ${owner} to claim ${slot.window}, got ${outcome.kind}`);
   return outcome.claim;
@@ -244,7 +254,8 @@ export function describeOperatorContract(
         kind: 'in-doubt',
         epoch: 1,
       });
-      await backend.claims.complete(takeover, summary(2, 1, failed), T0 + LEASE + 2);
+      const counted = { ...summary(2, 1, failed), inDoubtKeys: [key] };
+      await backend.claims.complete(takeover, counted, T0 + LEASE + 2);
       return { slot, now: T0 + LEASE + 3 };
     }
 
@@ -260,6 +271,54 @@ export function describeOperatorContract(
       });
       expect(await backend.ledger.read(slot, 'bb01')).toMatchObject({ state: 'DONE' });
       expect(await backend.claims.read(slot)).toMatchObject({ state: 'DONE', epoch: 2 });
+    });
+
+    it('moves an effect marked done from in doubt to done in the window’s stored summary, once', async () => {
+      const backend = await makeBackend();
+      const { slot, now } = await doneWithOneInDoubt(backend, 'bc01');
+      expect((await backend.claims.read(slot))?.summary).toMatchObject({
+        done: 1,
+        inDoubt: 1,
+        inDoubtKeys: ['bc01'],
+      });
+      const request = { expectedEpoch: 2, now };
+      expect(await backend.operator.resolveEffect(slot, 'bc01', 'done', request)).toMatchObject({
+        kind: 'resolved',
+      });
+      const counted = { done: 2, inDoubt: 0, failed: 0, inDoubtKeys: [], failedKeys: [], runs: 2 };
+      expect((await backend.claims.read(slot))?.summary).toEqual(counted);
+      // A second resolution, later (the watchdog after an operator), finds it done and counts nothing again.
+      const later = { expectedEpoch: 2, now: now + 60_000 };
+      expect(await backend.operator.resolveEffect(slot, 'bc01', 'done', later)).toMatchObject({
+        kind: 'effect-not-in-doubt',
+      });
+      expect((await backend.claims.read(slot))?.summary).toEqual(counted);
+    });
+
+    it('counts an effect marked done that the summary counted in doubt without listing it (past the 50 it lists)', async () => {
+      const backend = await makeBackend();
+      const slot = freshSlot();
+      const crashed = await claim(backend.claims, slot, 'crashed', T0);
+      for (const key of ['bd01', 'bd02']) {
+        await backend.ledger.reserve(crashed, key, { rerunInDoubt: false, now: T0 });
+      }
+      const takeover = await claim(backend.claims, slot, 'takeover', T0 + LEASE + 1);
+      // Listed: bd01 only, as a summary lists its first 50 of more.
+      const counted = { done: 0, inDoubt: 2, failed: 0, inDoubtKeys: ['bd01'], failedKeys: [], runs: 2 };
+      await backend.claims.complete(takeover, counted, T0 + LEASE + 2);
+      const request = { expectedEpoch: 2, now: T0 + LEASE + 3 };
+      await backend.operator.resolveEffect(slot, 'bd02', 'done', request);
+      expect((await backend.claims.read(slot))?.summary).toMatchObject({
+        done: 1,
+        inDoubt: 1,
+        inDoubtKeys: ['bd01'],
+      });
+      await backend.operator.resolveEffect(slot, 'bd01', 'done', request);
+      expect((await backend.claims.read(slot))?.summary).toMatchObject({
+        done: 2,
+        inDoubt: 0,
+        inDoubtKeys: [],
+      });
     });
 
     it('clears an effect and reopens the DONE slot, so the next delivery performs it once', async () => {

@@ -5,7 +5,9 @@ import type { Claim, ClaimStore, LeaseRequest, WindowSummary } from '../../share
 import type { Slot } from '../../shared/slot/slot.js';
 import { leaseRequest, slotSequence, usePostgres } from '../helpers/postgres.js';
 import { runSummary } from './backend-contract.js';
+import { describeInDoubtResolverContract } from './in-doubt-resolver-contract.js';
 import { describeOperatorContract } from './operator-contract.js';
+import { describeWatchdogInDoubt } from './watchdog-in-doubt-contract.js';
 
 const postgres = usePostgres();
 
@@ -22,6 +24,10 @@ async function openSchema() {
 // the operator store all run on the caller's clock, as in postgres.contract.test.ts. The database
 // clock's operator refusals are covered in test/integration/postgres-backend.test.ts.
 describeOperatorContract('Postgres operator store, caller clock', openSchema);
+describeInDoubtResolverContract('Postgres stores, caller clock', openSchema);
+// Here rather than with the watchdog's audit, which starts a server of its own: the watchdog's
+// confirmations are operator writes on this file's stores.
+describeWatchdogInDoubt('Postgres, caller clock', openSchema);
 
 /*
  * What the Postgres operator store does with a window split into shards (PostgresOperatorStore's

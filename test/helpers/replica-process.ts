@@ -26,8 +26,11 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { dirname, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { Pool } from 'pg';
 import { SOURCE_CONDITION } from '../../infra/package-source.js';
 import type { HandlerResponse } from '../../shared/job/lambda-handler.js';
+import type { SlotBackend } from '../../shared/job/run-slot.js';
 import type { ClaimOutcome, ClaimStore } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
 
@@ -507,31 +510,52 @@ function readMessage(text: string): Record<string, unknown> | undefined {
 
 /** The backend the child runs on, with the store faults it was asked for, and how to let it go. */
 async function openStore(env: ReplicaConfig) {
+  const plan = parseFaults(env.faults);
+  if (plan && env.store.backend !== 'dynamodb')
+    throw new Error('replica-process: FAULTS are injected into DynamoDB clients only');
+  const { injectFaults } = await import('./faults.js');
+  let faults: ReturnType<typeof injectFaults> | undefined;
+  const store = await openReplicaStore(env.store, {
+    name: env.name,
+    poolMax: Math.min(env.concurrency + 2, 32),
+    dynamoClient: (client) => {
+      if (plan) faults = injectFaults(client, { ...plan, seed: env.faultSeed });
+    },
+  });
+  return { ...store, faults };
+}
+
+/**
+ * A backend on `store` as a replica (or the shards bench's worker) opens it: the test effect-key
+ * secret, a client or pool of its own named `name`. `dynamoClient` and `postgresPool` see the
+ * client or pool before any request, to inject faults or count requests.
+ */
+export async function openReplicaStore(
+  store: ReplicaStore,
+  options: {
+    readonly name: string;
+    readonly poolMax: number;
+    readonly dynamoClient?: (client: DynamoDBClient) => void;
+    readonly postgresPool?: (pool: Pool) => void;
+  },
+): Promise<{ readonly backend: SlotBackend; close(): Promise<void> }> {
   const { hmacEffectKeys } = await import('../../shared/effects/effect-key.js');
   const { TEST_SECRET, testBackend } = await import('./harness.js');
-  if (env.store.backend === 'dynamodb') {
+  if (store.backend === 'dynamodb') {
     const { createDynamoClient } = await import('../../shared/backends/dynamodb/dynamodb-backend.js');
-    const { injectFaults } = await import('./faults.js');
-    const client = createDynamoClient({ endpoint: env.store.endpoint });
-    const plan = parseFaults(env.faults);
-    const faults = plan ? injectFaults(client, { ...plan, seed: env.faultSeed }) : undefined;
-    return {
-      backend: testBackend(client, env.store.table),
-      faults,
-      close: async () => client.destroy(),
-    };
+    const client = createDynamoClient({ endpoint: store.endpoint });
+    options.dynamoClient?.(client);
+    return { backend: testBackend(client, store.table), close: async () => client.destroy() };
   }
-  if (env.faults !== 'none')
-    throw new Error('replica-process: FAULTS are injected into DynamoDB clients only');
   const { createPostgresPool, postgresBackend } = await import('../../shared/backends/postgres/index.js');
   const pool = createPostgresPool({
-    connectionString: env.store.connectionString,
-    applicationName: env.name,
-    max: Math.min(env.concurrency + 2, 32),
+    connectionString: store.connectionString,
+    applicationName: options.name,
+    max: options.poolMax,
   });
+  options.postgresPool?.(pool);
   return {
-    backend: postgresBackend({ pool, schema: env.store.schema, hashKey: hmacEffectKeys(TEST_SECRET) }),
-    faults: undefined,
+    backend: postgresBackend({ pool, schema: store.schema, hashKey: hmacEffectKeys(TEST_SECRET) }),
     close: () => pool.end(),
   };
 }

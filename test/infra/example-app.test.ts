@@ -13,6 +13,7 @@ import { AppContext, buildApp, type SlotguardApp } from '../../infra/app.js';
 import { CLAIMS_TABLE_ACTIONS } from '../../infra/claims-table.js';
 import { DASHBOARD_ONLY } from '../../infra/paging.js';
 import { RuntimeEnv } from '../../shared/job/runtime-env.js';
+import { SesEventsEnv } from '../../shared/provider-events/ses-events-env.js';
 import { emfMetrics } from '../../shared/telemetry/metrics.js';
 import { resolvedEnvironment } from '../helpers/deployed-environment.js';
 import { REPOSITORY_ROOT } from './fixtures.js';
@@ -64,11 +65,14 @@ function jobResource(type: string, jobId: string, logicalIdPart = ''): Resource 
   return found[0]![1];
 }
 
-/** Every job's function and the watchdog's: the functions ScheduledJob bundles. */
+/** Every job's function, the watchdog's and the SES event recorder's: the functions ScheduledJob bundles. */
 function slotguardFunctions(): Resource[] {
-  return [...built.jobs.map((job) => job.function), built.jobs[0]!.watchdog.function].map(
-    (fn) => template.toJSON().Resources[logicalIdOf(fn)] as Resource,
-  );
+  const [first] = built.jobs;
+  return [
+    ...built.jobs.map((job) => job.function),
+    first!.watchdog.function,
+    first!.sesEventRecorder!.function,
+  ].map((fn) => template.toJSON().Resources[logicalIdOf(fn)] as Resource);
 }
 
 /** The bundled module of a function in the assembly. */
@@ -87,7 +91,7 @@ function logicalIdOf(construct: IConstruct): string {
 }
 
 describe('the example app, synthesised', () => {
-  it('synthesises in-process within the time budget (two handlers and the watchdog bundled)', () => {
+  it('synthesises in-process within the time budget (two handlers, the watchdog and the recorder bundled)', () => {
     expect(built.jobs.map((job) => job.jobId)).toEqual(['weekly-report', 'payment-reminder']);
     console.info(`example app: synth with bundling and cdk-nag took ${Math.round(synthMs)} ms`);
     expect(synthMs).toBeLessThan(30_000);
@@ -223,7 +227,8 @@ describe('the example app, synthesised', () => {
           ]),
         },
       },
-      4,
+      // Each job's work queue and dead-letter queue, and the SES event recorder's dead-letter queue.
+      5,
     );
   });
 
@@ -261,7 +266,8 @@ describe('the example app, synthesised', () => {
         notBefore: '2026-12-01T00:00:00.000Z',
       });
     }
-    expect(resources('AWS::Lambda::Function')).toHaveLength(built.jobs.length + 1);
+    // The jobs', the watchdog's and the SES event recorder's.
+    expect(resources('AWS::Lambda::Function')).toHaveLength(built.jobs.length + 2);
   });
 
   it('sets every variable the runtime reads', () => {
@@ -282,10 +288,34 @@ describe('the example app, synthesised', () => {
         [RuntimeEnv.workQueueUrl]: { Ref: logicalIdOf(job.workQueue) },
         // weekly: capped at 6 hours; every 15 minutes: the gap to the next window.
         [RuntimeEnv.deadlineSeconds]: job.jobId === 'weekly-report' ? '21600' : '900',
+        [RuntimeEnv.sesConfigurationSet]: { Ref: logicalIdOf(job.sesConfigurationSet!) },
+        // An hour, or half the deadline when that is shorter (payment-reminder's 15 minutes).
+        [RuntimeEnv.inDoubtGraceSeconds]: job.jobId === 'weekly-report' ? '3600' : '420',
+        [RuntimeEnv.inDoubtAfterGrace]: 'report',
       });
       // The secret's value never reaches the template; the function reads it by ARN.
       expect(variables).not.toHaveProperty(RuntimeEnv.effectKeySecret);
     }
+  });
+});
+
+describe("the example app: SES's events", () => {
+  it("sends each job's email through a configuration set of its own, whose events one recorder writes onto both jobs' effects", () => {
+    const recorder = built.jobs[0]!.sesEventRecorder!;
+    expect(built.jobs.every((job) => job.sesEventRecorder === recorder)).toBe(true);
+    expect(resources('AWS::SES::ConfigurationSet')).toHaveLength(built.jobs.length);
+    for (const job of built.jobs) {
+      const rule = jobResource('AWS::Events::Rule', job.jobId, 'SesEventsRule').Properties;
+      expect(rule.EventPattern.detail).toEqual({ mail: { tags: { 'slotguard-job': [job.jobId] } } });
+      expect(rule.Targets[0].Arn).toEqual({ 'Fn::GetAtt': [logicalIdOf(recorder.function), 'Arn'] });
+    }
+    const fn = template.toJSON().Resources[logicalIdOf(recorder.function)] as Resource;
+    expect(fn.Properties.Environment.Variables).toMatchObject({
+      [SesEventsEnv.jobIds]: 'weekly-report,payment-reminder',
+      [RuntimeEnv.tableName]: { Ref: logicalIdOf(built.claims.table) },
+    });
+    const alarm = template.toJSON().Resources[logicalIdOf(recorder.eventsLostAlarm)] as Resource;
+    expect(alarm.Properties.AlarmActions).toEqual([PAGER]);
   });
 });
 
@@ -663,6 +693,7 @@ describe('the example app: cdk-nag AwsSolutions', () => {
         'Slotguard/payment-reminder/DeadLetterQueue AwsSolutions-SQS3',
         'Slotguard/weekly-report/DeadLetterQueue AwsSolutions-SQS3',
         'Slotguard/ClaimsTableWatchdog/SchedulerRole AwsSolutions-IAM5[Resource::<function>:*]',
+        'Slotguard/ClaimsTableSesEventRecorder/DeadLetterQueue AwsSolutions-SQS3',
       ].sort(),
     );
     for (const { id, reason } of acked) {

@@ -1,6 +1,8 @@
 import { fileURLToPath } from 'node:url';
 import { App, Stack } from 'aws-cdk-lib';
 import { BUNDLING_STACKS } from 'aws-cdk-lib/cx-api';
+import { expect } from 'vitest';
+import { InfraValidationError } from '../../infra/infra-validation-error.js';
 import type { JobSpec } from '../../shared/job/job-spec.js';
 
 /** The repository root, where the catalog's handler entries live. */
@@ -31,4 +33,19 @@ export function jobSpec(overrides: Partial<JobSpec> = {}): JobSpec {
     maxAttempts: 3,
     ...overrides,
   };
+}
+
+/**
+ * The InfraValidationError `build` throws in a stack from `stackWithoutBundling` (fails the test if
+ * it throws nothing or something else).
+ */
+export function validationError(build: (stack: Stack) => void): InfraValidationError {
+  const stack = stackWithoutBundling();
+  try {
+    build(stack);
+  } catch (error) {
+    expect(error).toBeInstanceOf(InfraValidationError);
+    return error as InfraValidationError;
+  }
+  throw new Error('expected an InfraValidationError, got none');
 }

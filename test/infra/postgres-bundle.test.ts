@@ -5,13 +5,14 @@ import { join } from 'node:path';
 import { App, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
-import * as esbuild from 'esbuild';
+import type { IConstruct } from 'constructs';
+import type * as esbuild from 'esbuild';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ClaimsTable } from '../../infra/claims-table.js';
-import { SOURCE_CONDITION } from '../../infra/package-source.js';
 import { POSTGRES_RUNTIME_MODULE, PostgresClaims, PostgresEndpoint } from '../../infra/postgres-claims.js';
 import { ScheduledJob } from '../../infra/scheduled-job.js';
 import { resolvedEnvironment } from '../helpers/deployed-environment.js';
+import { bundleHandler } from '../helpers/handler-bundle.js';
 import { jobSpec, REPOSITORY_ROOT } from './fixtures.js';
 
 const HANDLER = join(REPOSITORY_ROOT, 'functions/weekly-report/handler.ts');
@@ -36,35 +37,11 @@ function pgPackages(metafile: esbuild.Metafile): string[] {
   return [...new Set(names)].sort();
 }
 
-/**
- * Bundles the weekly report's handler with esbuild's JS API and the options ScheduledJob gives
- * NodejsFunction (infra/scheduled-job.ts): one minified ESM file for Node 24, AWS SDK v3 left to the
- * runtime, the createRequire banner. `inject` is what a claims backend adds (PostgresClaims: the
- * Postgres runtime module).
- */
+/** The weekly report's handler bundled as ScheduledJob bundles it; `inject` is what a claims backend adds. */
 async function bundleWeeklyReport(inject: string[] = []) {
   const started = performance.now();
-  const result = await esbuild.build({
-    entryPoints: [HANDLER],
-    bundle: true,
-    write: false,
-    platform: 'node',
-    target: 'node24',
-    format: 'esm',
-    minify: true,
-    mainFields: ['module', 'main'],
-    // As ScheduledJob bundles in this repository: `slotguard` from its sources.
-    conditions: [SOURCE_CONDITION],
-    external: ['@aws-sdk/*'],
-    banner: {
-      js: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);",
-    },
-    inject,
-    metafile: true,
-    logLevel: 'silent',
-  });
-  const code = result.outputFiles[0]!.text;
-  return { code, bytes: Buffer.byteLength(code), ms: performance.now() - started, metafile: result.metafile };
+  const bundle = await bundleHandler(HANDLER, { inject });
+  return { ...bundle, ms: performance.now() - started };
 }
 
 describe("a DynamoDB-only handler's bundle never carries pg", () => {
@@ -107,32 +84,38 @@ describe('NodejsFunction bundles, as ScheduledJob configures it', () => {
   }
   let dynamo: Bundled;
   let postgres: Bundled;
+  let postgresRecorder: Bundled;
   let synthMs: number;
 
-  /** Synthesises `build`'s stack with bundling and returns the one job function's bundle and environment. */
-  function synthesise(build: (stack: Stack) => ScheduledJob): Bundled {
+  /**
+   * Synthesises `build`'s stack with bundling and returns the bundle and environment of the one job
+   * function and of the stack's SES event recorder.
+   */
+  function synthesise(build: (stack: Stack) => ScheduledJob): { job: Bundled; recorder: Bundled } {
     const app = new App({ outdir: mkdtempSync(join(tmpdir(), 'slotguard-pg-bundle-')) });
     const stack = new Stack(app, 'Bundles');
     const job = build(stack);
     const assembly = app.synth();
     const template = assembly.getStackArtifact(stack.artifactId).template;
-    const logicalId = stack.resolve(stack.getLogicalId(job.function.node.defaultChild as never)) as string;
-    const fn = template.Resources[logicalId].Properties;
-    const path = join(
-      assembly.directory,
-      `asset.${String(fn.Code.S3Key).replace(/\.zip$/, '')}`,
-      'index.mjs',
-    );
-    const variables = fn.Environment.Variables as Record<string, unknown>;
-    const environment = resolvedEnvironment(variables);
-    return { code: readFileSync(path, 'utf8'), path, environment };
+    const bundled = (construct: IConstruct): Bundled => {
+      const logicalId = stack.resolve(stack.getLogicalId(construct.node.defaultChild as never)) as string;
+      const fn = template.Resources[logicalId].Properties;
+      const path = join(
+        assembly.directory,
+        `asset.${String(fn.Code.S3Key).replace(/\.zip$/, '')}`,
+        'index.mjs',
+      );
+      const variables = fn.Environment.Variables as Record<string, unknown>;
+      return { code: readFileSync(path, 'utf8'), path, environment: resolvedEnvironment(variables) };
+    };
+    return { job: bundled(job.function), recorder: bundled(job.sesEventRecorder!.function) };
   }
 
   beforeAll(() => {
     // If bundling ever fell back to Docker, it would run this command and fail.
     process.env.CDK_DOCKER = join(tmpdir(), 'slotguard-docker-must-not-run');
     const started = performance.now();
-    dynamo = synthesise(
+    ({ job: dynamo } = synthesise(
       (stack) =>
         new ScheduledJob(stack, 'job', {
           job: jobSpec({ entry: 'functions/weekly-report/handler.ts' }),
@@ -140,8 +123,8 @@ describe('NodejsFunction bundles, as ScheduledJob configures it', () => {
           ses: SES,
           projectRoot: REPOSITORY_ROOT,
         }),
-    );
-    postgres = synthesise((stack) => {
+    ));
+    ({ job: postgres, recorder: postgresRecorder } = synthesise((stack) => {
       const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
         vpcId: 'vpc-0123456789abcdef0',
         availabilityZones: ['eu-west-1a'],
@@ -166,7 +149,7 @@ describe('NodejsFunction bundles, as ScheduledJob configures it', () => {
         ses: SES,
         projectRoot: REPOSITORY_ROOT,
       });
-    });
+    }));
     synthMs = performance.now() - started;
     console.info(`two stacks synthesised with bundling in ${Math.round(synthMs)} ms`);
   });
@@ -207,16 +190,23 @@ describe('NodejsFunction bundles, as ScheduledJob configures it', () => {
     );
   });
 
-  it('loads the Postgres bundle with its environment: the injected module registered the backend before the handler was built', () => {
-    // The runtime's CA bundle exists only in Lambda; Node would warn that it cannot load it.
-    const { NODE_EXTRA_CA_CERTS: _, ...environment } = postgres.environment;
-    expect(environment.SLOTGUARD_BACKEND).toBe('postgres');
+  it.each([
+    ['job', () => postgres],
+    ['SES event recorder', () => postgresRecorder],
+  ])(
+    'loads the Postgres %s bundle with its environment: the injected module registered the backend before the handler was built',
+    (_, bundle) => {
+      // The runtime's CA bundle exists only in Lambda; Node would warn that it cannot load it.
+      const { NODE_EXTRA_CA_CERTS: _ca, ...environment } = bundle().environment;
+      expect(environment.SLOTGUARD_BACKEND).toBe('postgres');
+      for (const marker of Object.values(PG_CODE)) expect(bundle().code).toContain(marker);
 
-    const loaded = load(postgres, environment);
+      const loaded = load(bundle(), environment);
 
-    expect(loaded.status, errorLines(loaded.stderr)).toBe(0);
-    expect(loaded.stdout.trim()).toBe('function');
-  });
+      expect(loaded.status, errorLines(loaded.stderr)).toBe(0);
+      expect(loaded.stdout.trim()).toBe('function');
+    },
+  );
 
   it('refuses, at cold start and with the fix, a DynamoDB bundle deployed with SLOTGUARD_BACKEND=postgres', () => {
     const loaded = load(dynamo, { ...dynamo.environment, SLOTGUARD_BACKEND: 'postgres' });

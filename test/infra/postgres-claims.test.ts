@@ -105,6 +105,8 @@ describe('the Postgres example (Aurora Serverless v2, RDS Proxy, IAM authenticat
         'SlotguardPostgres/SlotguardEffectKeySecret AwsSolutions-SMG4',
         'SlotguardPostgres/ClaimsWatchdog/SchedulerRole AwsSolutions-IAM5[Resource::<function>:*]',
         'SlotguardPostgres/ClaimsWatchdog/NetworkInterfacePolicy AwsSolutions-IAM5[Resource::*]',
+        'SlotguardPostgres/ClaimsSesEventRecorder/DeadLetterQueue AwsSolutions-SQS3',
+        'SlotguardPostgres/ClaimsSesEventRecorder/NetworkInterfacePolicy AwsSolutions-IAM5[Resource::*]',
         ...['payment-reminder', 'weekly-report'].flatMap((job) => [
           `SlotguardPostgres/${job}/DeadLetterQueue AwsSolutions-SQS3`,
           `SlotguardPostgres/${job}/NetworkInterfacePolicy AwsSolutions-IAM5[Resource::*]`,
@@ -148,6 +150,43 @@ describe('the Postgres example (Aurora Serverless v2, RDS Proxy, IAM authenticat
       [PostgresRuntimeEnv.iamAuth]: 'true',
       [PostgresRuntimeEnv.user]: 'slotguard',
     });
+  });
+
+  it('runs the SES event recorder in the VPC too, let in to the proxy once for all its jobs, with no DynamoDB and no effect-key secret', () => {
+    const recorder = example.jobs[0]!.sesEventRecorder!;
+    expect(example.jobs.every((job) => job.sesEventRecorder === recorder)).toBe(true);
+    const fn = template.toJSON().Resources[logicalId(recorder.function)];
+    expect(fn.Properties.VpcConfig.SubnetIds).toEqual(
+      example.vpc.privateSubnets.map((subnet) => ({ Ref: logicalId(subnet) })),
+    );
+    expect(fn.DependsOn).toContain(logicalId(recorder.node.findChild('NetworkInterfacePolicy')));
+    const group = logicalId(recorder.function.connections.securityGroups[0]!);
+    const ingress = Object.values(
+      template.findResources('AWS::EC2::SecurityGroupIngress', {
+        Properties: { SourceSecurityGroupId: { 'Fn::GetAtt': [group, 'GroupId'] } },
+      }),
+    );
+    expect(ingress.map((rule) => rule.Properties.Description)).toEqual([
+      'slotguard SES event recorder SlotguardPostgres/ClaimsSesEventRecorder/Function to Postgres',
+    ]);
+    const statements: Json[] =
+      template.toJSON().Resources[logicalId(recorder.function.role!.node.findChild('DefaultPolicy'))]
+        .Properties.PolicyDocument.Statement;
+    const actions = statements.flatMap((statement) => [statement.Action].flat()).sort();
+    expect(actions).toEqual([
+      'logs:CreateLogStream',
+      'logs:PutLogEvents',
+      'rds-db:connect',
+      'sqs:SendMessage',
+    ]);
+    expect(fn.Properties.Environment.Variables).toMatchObject({
+      [BACKEND_ENV]: 'postgres',
+      [PostgresRuntimeEnv.host]: { 'Fn::GetAtt': [logicalId(example.proxy), 'Endpoint'] },
+      [PostgresRuntimeEnv.iamAuth]: 'true',
+      [PostgresRuntimeEnv.user]: 'slotguard',
+      SLOTGUARD_RECORDED_JOBS: 'weekly-report,payment-reminder',
+    });
+    expect(fn.Properties.Environment.Variables).not.toHaveProperty(RuntimeEnv.tableName);
   });
 
   it("runs each function in the VPC's private subnets, with a security group of its own", () => {

@@ -3,6 +3,7 @@ import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
+import { effectTags } from '../../shared/effects/effect-context.js';
 import { SharedRateLimiter } from '../../shared/effects/shared-rate-limiter.js';
 import { ConfigurationError } from '../../shared/errors.js';
 import { sendRateLimiterFromEnvironment } from '../../shared/job/environment-send-rate.js';
@@ -11,8 +12,12 @@ import { sendRateLimiterFromEnvironment } from '../../shared/job/environment-sen
 import '../../shared/job/lambda-environment-postgres.js';
 import { type Env, jobHandlerFromEnvironment } from '../../shared/job/lambda-environment.js';
 import { BACKEND_ENV, PostgresRuntimeEnv, RuntimeEnv } from '../../shared/job/runtime-env.js';
+import { SesEventType } from '../../shared/provider-events/ses-events.js';
+import { SesEventsEnv } from '../../shared/provider-events/ses-events-env.js';
+import { sesEventRecorderFromEnvironment } from '../../shared/provider-events/ses-events-environment.js';
 import { CountingSender } from '../helpers/counting-sender.js';
-import { usePostgres } from '../helpers/postgres.js';
+import { claimOrFail, usePostgres } from '../helpers/postgres.js';
+import { sesEvent } from '../helpers/ses-events.js';
 
 const postgres = usePostgres();
 const secrets = mockClient(SecretsManagerClient);
@@ -81,6 +86,49 @@ function secretReads(secretId: string): number {
     .commandCalls(GetSecretValueCommand)
     .filter((call) => call.args[0].input.SecretId === secretId).length;
 }
+
+describe('the SES event recorder configured for Postgres from the environment PostgresClaims sets', () => {
+  it("writes SES's word onto an effect a run left in doubt, and nothing onto one it marked done", async () => {
+    const schema = await postgres.freshSchema('ses_words');
+    const backend = postgres.backend(schema);
+    const slot = { jobId: 'weekly-report', window: '2026-11-30T06:00:00Z' };
+    const claim = await claimOrFail(backend, slot, 'run-1');
+    const [inDoubt, done] = ['a', 'b'].map((c) => c.repeat(32));
+    for (const keyHash of [inDoubt!, done!]) {
+      await backend.ledger.reserve(claim, keyHash, { rerunInDoubt: false, now: Date.parse(slot.window) });
+    }
+    await backend.ledger.markDone(claim, [done!]);
+    const handler = sesEventRecorderFromEnvironment({
+      ...postgresEnvironment(schema),
+      [SesEventsEnv.jobIds]: 'weekly-report',
+    });
+    const sent = (keyHash: string, messageId: string) =>
+      sesEvent(SesEventType.Send, {
+        messageId,
+        timestamp: '2026-11-30T06:00:01.250Z',
+        to: 'alice.recipient@example.org',
+        tags: effectTags({ ...slot, keyHash, epoch: claim.epoch }),
+      });
+
+    const responses = [
+      await handler(sent(inDoubt!, 'message-in-doubt')),
+      await handler(sent(inDoubt!, 'message-in-doubt')),
+      await handler(sent(done!, 'message-done')),
+    ];
+
+    expect(
+      responses.map((r) => (r.status === 'not-recorded' ? `${r.status}:${r.ledger}` : r.status)),
+    ).toEqual(['recorded', 'recorded', 'not-recorded:done']);
+    expect(await backend.ledger.read(slot, inDoubt!)).toMatchObject({
+      state: 'RESERVED',
+      epoch: 1,
+      provider: { outcome: 'accepted', event: 'Send', messageId: 'message-in-doubt', epoch: 1 },
+    });
+    const record = await backend.ledger.read(slot, done!);
+    expect(record?.state).toBe('DONE');
+    expect(record?.provider).toBeUndefined();
+  });
+});
 
 describe('a Lambda handler configured for Postgres from the environment PostgresClaims sets', () => {
   it('runs a window end to end: 25 emails once, the retry a duplicate, the slot DONE in the schema', async () => {

@@ -266,6 +266,14 @@ describe('Postgres schema upgrades', () => {
     expect(
       await backend.ledger.reserveMany(resumed.claim, ['k-done', 'k-reserved'], { rerunInDoubt: false, now }),
     ).toEqual([{ kind: 'done' }, { kind: 'in-doubt', epoch: 1 }]);
+    // The older build's in-doubt effect takes the provider's word and is settled by it.
+    const word = { outcome: 'accepted', event: 'Delivery', at: now - 1_000, epoch: 1 } as const;
+    expect(await backend.ledger.recordProviderWord(slots.released, 'k-reserved', word)).toBe('recorded');
+    const inDoubt = await backend.ledger.read(slots.released, 'k-reserved');
+    expect(inDoubt).toMatchObject({ state: 'RESERVED', epoch: 1, provider: word });
+    if (!inDoubt) throw new Error('k-reserved is gone');
+    expect(await backend.ledger.settleInDoubt(slots.released, inDoubt, 'done', now)).toBe(true);
+    expect(await backend.ledger.read(slots.released, 'k-reserved')).toMatchObject({ state: 'DONE' });
     // The new states fit the widened CHECKs: a refused effect, and the window given up as STUCK.
     await backend.ledger.reserve(resumed.claim, 'k-new', { rerunInDoubt: false, now });
     await backend.ledger.recordFailure(resumed.claim, 'k-new', {
@@ -297,10 +305,10 @@ describe('Postgres schema upgrades', () => {
       await migrate(postgres.pool({ max: 1 }), { schema: upgraded.schema });
       const fresh = await postgres.freshSchema(`v${SCHEMA_VERSION}`);
       const [a, b] = [await catalogOf(upgraded.schema), await catalogOf(fresh)];
-      // slots 20 + 2 + 6 + 2 columns (versions 1, 2, 3, 4), effects 9 + 1 + 3 + 1, schema_version 2,
-      // shard_slots 29 (version 4: a slot row's 27 columns less the split, its key's shard), and
-      // send_rates 3 (version 4).
-      expect(a.columns).toHaveLength(78);
+      // slots 20 + 2 + 6 + 2 columns (versions 1, 2, 3, 4), effects 9 + 1 + 3 + 5 (version 4: the
+      // shard, and the provider's word in four), schema_version 2, shard_slots 29 (version 4: a slot
+      // row's 27 columns less the split, its key's shard), and send_rates 3 (version 4).
+      expect(a.columns).toHaveLength(82);
       expect(a.constraints.length).toBeGreaterThanOrEqual(15);
       expect(a.indexes.map((i) => i.indexname)).toEqual(
         expect.arrayContaining(['shard_slots_pkey', 'send_rates_pkey']),

@@ -5,11 +5,12 @@ import { emfMetrics } from '../../shared/telemetry/metrics.js';
 import {
   watchdogClaimsFromEnvironment,
   watchdogHandlerFromEnvironment,
+  watchdogInDoubtStoresFromEnvironment,
 } from '../../shared/watchdog/watchdog-environment.js';
 import type { WatchdogEvent } from '../../shared/watchdog/watchdog-event.js';
 import { createWatchdogHandler, type SlotReader } from '../../shared/watchdog/watchdog-lambda.js';
 import { useDynamo } from '../helpers/dynalite.js';
-import { EmfRecorder, RecordingLog } from '../helpers/harness.js';
+import { EmfRecorder, RecordingLog, testBackend } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
 const dynamo = useDynamo();
@@ -146,6 +147,25 @@ describe('the watchdog handler', () => {
     },
   );
 
+  it('audits as ever and warns when an event asks to confirm in-doubt effects it has no stores for', async () => {
+    const { handler, emf, log } = watchdog({ read: async () => undefined }, '2026-11-30T06:20:00Z');
+    const response = await handler({ ...weekly, confirmInDoubt: true });
+    expect(response).toMatchObject({ status: 'audited', counts: { missing: 2 } });
+    expect(response).not.toHaveProperty('inDoubt');
+    expect(emf.records[0]).toMatchObject({ WatchdogRun: 1, WindowMissing: 2 });
+    expect(log.lines.filter((l) => l.level === 'warn').map((l) => l.message)).toEqual([
+      'watchdog event asks to confirm in-doubt effects, but this watchdog has no effect ledger or operator ' +
+        'store for its backend (DynamoDB only, so far): only the audit ran',
+    ]);
+  });
+
+  it('rejects a confirmInDoubt that is not a boolean, naming the field', async () => {
+    const { handler } = watchdog({ read: async () => undefined }, '2026-11-30T06:20:00Z');
+    const response = await handler({ ...weekly, confirmInDoubt: 'yes' });
+    expect(response).toMatchObject({ status: 'rejected', field: 'confirmInDoubt' });
+    expect(response.status === 'rejected' && response.message).toMatch(/confirmInDoubt is "yes"; send true/);
+  });
+
   it('connects again on the next invocation when the first connection failed', async () => {
     let attempts = 0;
     const { handler, emf } = watchdog(async () => {
@@ -167,6 +187,68 @@ describe('the watchdog configured from its environment', () => {
   ])('refuses %j at cold start, naming the variable and the fix', (env, message) => {
     expect(() => watchdogHandlerFromEnvironment(env)).toThrow(ConfigurationError);
     expect(() => watchdogHandlerFromEnvironment(env)).toThrow(message);
+  });
+
+  it("confirms an in-doubt effect the provider accepted on its environment's table, and has no such stores on Postgres", async () => {
+    const tableName = await dynamo.freshTable('watchdog');
+    const env = { SLOTGUARD_TABLE_NAME: tableName, DYNAMODB_ENDPOINT: dynamo.endpoint };
+    const backend = testBackend(dynamo.client(), tableName);
+    const slot = { jobId: 'weekly-report', window: '2026-11-23T06:00:00Z' };
+    const lease = (owner: string) => ({
+      owner,
+      leaseMs: 60_000,
+      maxAttempts: 3,
+      expiresAtSeconds: Date.parse(slot.window) / 1000 + 35 * 86_400,
+      deadline: Date.parse(slot.window) + 21_600_000,
+      delivery: {},
+    });
+    const crashed = await backend.claims.claim(
+      slot,
+      lease('replica-1/a'),
+      Date.parse('2026-11-23T06:00:05Z'),
+    );
+    if (crashed.kind !== 'claimed') throw new Error(crashed.kind);
+    await backend.ledger.reserve(crashed.claim, 'ab12cd34', {
+      rerunInDoubt: false,
+      now: Date.parse(slot.window),
+    });
+    const takeover = await backend.claims.claim(
+      slot,
+      lease('replica-2/b'),
+      Date.parse('2026-11-23T06:02:00Z'),
+    );
+    if (takeover.kind !== 'claimed') throw new Error(takeover.kind);
+    const summary = { done: 0, inDoubt: 1, failed: 0, inDoubtKeys: ['ab12cd34'], failedKeys: [], runs: 2 };
+    await backend.claims.complete(takeover.claim, summary, Date.parse('2026-11-23T06:03:00Z'));
+    const word = {
+      outcome: 'accepted',
+      event: 'Send',
+      at: Date.parse('2026-11-23T06:04:00Z'),
+      epoch: 1,
+    } as const;
+    expect(await backend.ledger.recordProviderWord(slot, 'ab12cd34', word)).toBe('recorded');
+
+    const inDoubt = watchdogInDoubtStoresFromEnvironment(env);
+    expect(inDoubt).toBeDefined();
+    const emf = new EmfRecorder();
+    const handler = createWatchdogHandler({
+      claims: watchdogClaimsFromEnvironment(env),
+      ...(inDoubt ? { inDoubt } : {}),
+      metrics: (jobId) => emfMetrics({ jobId, write: emf.write }),
+      log: () => new RecordingLog(),
+      clock: new ManualClock(Date.parse('2026-11-30T06:20:00Z')),
+    });
+    expect(await handler({ ...weekly, confirmInDoubt: true })).toMatchObject({
+      status: 'audited',
+      inDoubt: { windows: 1, confirmed: 1, stillInDoubt: 0 },
+    });
+    expect(await backend.ledger.read(slot, 'ab12cd34')).toMatchObject({ state: 'DONE' });
+    expect((await backend.claims.read(slot))?.summary).toMatchObject({ done: 1, inDoubt: 0 });
+    expect(emf.sum('InDoubtConfirmedLate')).toBe(1);
+
+    expect(
+      watchdogInDoubtStoresFromEnvironment({ SLOTGUARD_BACKEND: 'postgres', SLOTGUARD_PG_HOST: 'db' }),
+    ).toBeUndefined();
   });
 
   it('runs from its Lambda entry with the table and endpoint of its environment, EMF on stdout', async () => {

@@ -2,7 +2,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runIncidentDemo } from '../../local/incident-demo.js';
+import { type IncidentDemoOptions, runIncidentDemo } from '../../local/incident-demo.js';
 import { runStart } from '../../local/start-command.js';
 import { ScaledClock } from './scaled-clock.js';
 
@@ -15,6 +15,27 @@ afterAll(() => rm(outputDir, { recursive: true, force: true }));
 function collector() {
   const chunks: string[] = [];
   return { out: { write: (text: string) => chunks.push(text) !== 0 }, text: () => chunks.join('') };
+}
+
+/**
+ * The demo for 300 customers with `faults` (seed 42). Each fault is recovered from the work queue a
+ * lease or more later (a copy that found the slot held waits at least 30 s): a 10 s lease on a
+ * clock running 5 times real time.
+ */
+async function demoWithFaults(options: Pick<IncidentDemoOptions, 'faults' | 'shards'>) {
+  const { out, text } = collector();
+  const result = await runIncidentDemo({
+    replicas: 3,
+    recipients: 300,
+    concurrency: 8,
+    outputDir,
+    out,
+    ...options,
+    seed: 42,
+    leaseSeconds: 10,
+    clock: new ScaledClock(5),
+  });
+  return { result, text };
 }
 
 describe('npm start: the incident replay, counted by the SMTP server', () => {
@@ -45,6 +66,7 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
       failed: 0,
       unfinished: 0,
       runs: 1,
+      shards: 1,
     });
     // No --json: the output ends with the table's notes, not a JSON line.
     expect(text().trimEnd().split('\n').at(-1)).toMatch(/^Log: /);
@@ -70,20 +92,7 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
   });
 
   it('still delivers exactly one email per customer with duplicates, a retry, a crash and a pause injected', async () => {
-    const { out, text } = collector();
-    const result = await runIncidentDemo({
-      replicas: 3,
-      recipients: 300,
-      concurrency: 8,
-      outputDir,
-      out,
-      faults: ['duplicate', 'retry', 'crash', 'pause'],
-      seed: 42,
-      // Each fault is recovered from the work queue a lease or more later (a copy that found the
-      // slot held waits at least 30 s): a 10 s lease on a clock running 5 times real time.
-      leaseSeconds: 10,
-      clock: new ScaledClock(5),
-    });
+    const { result, text } = await demoWithFaults({ faults: ['duplicate', 'retry', 'crash', 'pause'] });
 
     expect(result.faults).toHaveLength(2);
     expect(result.faults[0]).toMatch(/crashed at effect/);
@@ -97,6 +106,23 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
     expect(result.unguarded.delivered).toBe(900);
     expect(text()).toMatch(/In doubt after the run: \d+\. Looked up in the SMTP server's log/);
   });
+
+  it('leaves an email that had not gone in doubt in a window split into shards, rather than clear it and drop its customer', async () => {
+    // Seed 42 crashes a shard's holder before a send: that email is reserved and never sent.
+    const { result, text } = await demoWithFaults({ faults: ['crash'], shards: 4 });
+
+    expect(result.faults).toHaveLength(1);
+    expect(result.faults[0]).toMatch(/^shard-\d crashed at effect \d+ \(before-send\)$/);
+    expect(result.resolution).toMatchObject({ split: true, cleared: 0 });
+    const { inDoubt, confirmed, unresolved } = result.resolution!;
+    expect(unresolved).toBeGreaterThan(0);
+    expect(confirmed + unresolved).toBe(inDoubt);
+    // Every customer either got one email or is still in doubt, for a human: none dropped.
+    expect(result.outcome).toMatchObject({ duplicates: 0, unfinished: 0, failed: 0, shards: 4 });
+    expect(result.outcome.inDoubt).toBe(unresolved);
+    expect(result.outcome.delivered + result.outcome.inDoubt).toBe(300);
+    expect(text()).toContain(`${unresolved} left for a human (the window is split into shards`);
+  }, 120_000);
 
   it('runs the slotguard side on Postgres with --backend postgres', async () => {
     const { out, text } = collector();
@@ -114,42 +140,85 @@ describe('npm start: the incident replay, counted by the SMTP server', () => {
   });
 });
 
+/**
+ * `npm start` with `argv` and `--json`, its own output directory, on a clock running 5 times real
+ * time (send rate, Lambda's limit, leases, the queue's visibility alike): the exit code, the JSON
+ * line, the table and stderr.
+ */
+async function startWithJson(command: string) {
+  const argv = command.split(' ');
+  const stdout = collector();
+  const stderr = collector();
+  const ownDir = await mkdtemp(join(outputDir, 'json-'));
+  const code = await runStart([...argv, '--json', '--out', ownDir], {
+    stdout: stdout.out,
+    stderr: stderr.out,
+    clock: new ScaledClock(5),
+    env: {},
+  });
+  const lines = stdout.text().trimEnd().split('\n');
+  const summary = JSON.parse(lines.at(-1)!) as Record<string, number>;
+  return { code, summary, table: stdout.text(), stderr: stderr.text() };
+}
+
+/** The JSON line of a window in which each of `customers` got one email: none twice, none left out. */
+function everyCustomerOnce(customers: number) {
+  return { delivered: customers, duplicates: 0, inDoubt: 0, failed: 0, unfinished: 0 };
+}
+
 describe('npm start -- --recipients 20000 --send-rate 500 --lambda-timeout 10 --json', () => {
   it('finishes a window four Lambda runs long: every customer one email, none twice, none unfinished, in 3 runs or more', async () => {
     // The command at a tenth of its customers and send rate: the same 40 s of sending for 10-second
-    // invocations, four runs' worth. Its clock runs 5 times real time (send rate, Lambda's limit,
-    // leases, the queue's visibility alike), so the slotguard side takes about 8 s, not 40.
-    const stdout = collector();
-    const stderr = collector();
-    const ownDir = await mkdtemp(join(outputDir, 'json-'));
-    const code = await runStart(
-      ['--recipients', '2000', '--send-rate', '50', '--lambda-timeout', '10', '--json', '--out', ownDir],
-      { stdout: stdout.out, stderr: stderr.out, clock: new ScaledClock(5), env: {} },
+    // invocations, four runs' worth, on a clock running 5 times real time: the slotguard side
+    // takes about 8 s, not 40.
+    const { code, summary, table, stderr } = await startWithJson(
+      '--recipients 2000 --send-rate 50 --lambda-timeout 10',
     );
 
-    const lines = stdout.text().trimEnd().split('\n');
-    const summary = JSON.parse(lines.at(-1)!) as Record<string, number>;
     expect(Object.keys(summary).sort()).toEqual([
       'delivered',
       'duplicates',
       'failed',
       'inDoubt',
       'runs',
+      'shards',
       'unfinished',
     ]);
     // Read from the SMTP server (delivered, duplicates) and the store (the rest).
-    expect(summary).toMatchObject({ delivered: 2000, duplicates: 0, inDoubt: 0, failed: 0, unfinished: 0 });
+    expect(summary).toMatchObject({ ...everyCustomerOnce(2000), shards: 1 });
     expect(summary.runs).toBeGreaterThanOrEqual(3);
     expect(code).toBe(0);
-    expect(stderr.text()).toBe('');
+    expect(stderr).toBe('');
     // The table agrees: slotguard's runs, and the unguarded replicas stopped at the time limit with
     // a fraction of the list sent, much of it twice.
-    const table = stdout.text();
     expect(table).toMatch(new RegExp(`runs\\s+3\\s+${summary.runs}\\n`));
     expect(table).toMatch(/emails delivered\s+[\d,]+\s+2,000\n/);
     const unguarded = Number(/unguarded sent ([\d,]+),/.exec(table)?.[1]?.replace(/,/g, ''));
     expect(unguarded).toBeGreaterThan(0);
     expect(unguarded).toBeLessThan(2000);
     expect(table).toContain(`slotguard's window took ${summary.runs} runs`);
+  }, 120_000);
+});
+
+describe('npm start -- --recipients 20000 --shards 8 --send-rate 2000 --lambda-timeout 10 --json', () => {
+  it('splits the window into 8 shards run at once: every customer one email, none twice, none unfinished', async () => {
+    // The command at a tenth of its customers and send rate: the same 10 s of sending, the rate
+    // shared by 8 shards of about 250 customers each, so each shard sends for about 10 s and needs a
+    // second 10-second invocation; on a clock running 5 times real time.
+    const { code, summary, table, stderr } = await startWithJson(
+      '--recipients 2000 --shards 8 --send-rate 200 --lambda-timeout 10',
+    );
+
+    // delivered and duplicates are read from the SMTP server; the rest from the store.
+    expect(summary).toMatchObject({ ...everyCustomerOnce(2000), shards: 8 });
+    // The coordinator's run, then at least one run per shard, and some shard continued.
+    expect(summary.runs).toBeGreaterThan(1 + 8);
+    expect(code).toBe(0);
+    expect(stderr).toBe('');
+    expect(table).toMatch(/shards\s+-\s+8\n/);
+    expect(table).toMatch(new RegExp(`runs\\s+3\\s+${summary.runs}\\n`));
+    expect(table).toMatch(/emails delivered\s+[\d,]+\s+2,000\n/);
+    expect(table).toContain('the window split into 8 shards');
+    expect(table).toContain("slotguard's window was split into 8 shards that ran at once");
   }, 120_000);
 });

@@ -58,6 +58,8 @@ interface RunnerOptions {
   /** Emails a second, on the clock. @default unlimited */
   sendRate?: number;
   lambdaTimeoutMs?: number;
+  /** The job's RunOptions.shards. @default 1 */
+  shards?: number;
 }
 
 function runner(backend: LocalBackend, clock: ManualClock, jobs: LocalJob[], options: RunnerOptions = {}) {
@@ -77,6 +79,7 @@ function runner(backend: LocalBackend, clock: ManualClock, jobs: LocalJob[], opt
     faults: options.faults ?? [],
     seed: options.seed ?? 1,
     ...(options.lambdaTimeoutMs ? { lambdaTimeoutMs: options.lambdaTimeoutMs } : {}),
+    ...(options.shards ? { runOptions: { shards: options.shards } } : {}),
     ...(options.onFault ? { onFault: options.onFault } : {}),
     ...(options.reports ? { onWindow: (report: WindowReport) => options.reports!.push(report) } : {}),
   });
@@ -248,6 +251,67 @@ describe('the local runner', () => {
     );
   });
 
+  it('runs a window split into 4 shards at once, each its own invocations, finished by the last shard', async () => {
+    const { report, mail } = await windowInVirtualTime('06:45', 40, { shards: 4, replicas: 2 });
+
+    expect(report).toMatchObject({ state: 'DONE', shards: 4, epoch: 1, delivered: 40, duplicates: 0 });
+    expect(report).toMatchObject({ done: 40, inDoubt: 0, failed: 0, errors: [] });
+    // One replica's message claimed the window and sent one message per shard; each shard's own
+    // message claimed its shard.
+    expect(report.claimedBy).toHaveLength(5);
+    expect(report.claimedBy[0]).toMatch(/^replica-\d$/);
+    expect(report.claimedBy.slice(1).sort()).toEqual(['shard-0', 'shard-1', 'shard-2', 'shard-3']);
+    expect(report.runs).toBe(5);
+    // 2 replicas' messages (one claimed, one found the window held or split) and 4 shard messages.
+    expect(report.fires).toBeGreaterThanOrEqual(6);
+    expect(mail.duplicates).toBe(0);
+    expect(describeWindow(report)).toMatch(/claimed by replica-\d {2}shards 4 \(4 runs\) {2}delivered 40 /);
+  });
+
+  it('does not email an invoice twice when a crash kills the invocation running a shard: its message comes back and takes the shard over', async () => {
+    const { report, strikes, mail } = await windowInVirtualTime('07:00', 40, {
+      faults: ['crash', 'duplicate'],
+      shards: 4,
+      seed: 7,
+    });
+
+    expect(strikes).toHaveLength(1);
+    const crashed = /(shard-\d)(\/duplicate)? crashed at effect \d+ \((before|after)-send\)/.exec(
+      strikes[0]!,
+    );
+    expect(crashed).not.toBeNull();
+    // The crashed shard, and only it, was claimed again: by its own message, back after the lease.
+    const shard = crashed![1]!;
+    const ofShard = report.claimedBy.filter((name) => name.startsWith(`${shard}/`) || name === shard);
+    expect(ofShard).toHaveLength(2);
+    expect(ofShard[1]).toMatch(new RegExp(`^${shard}/redelivery-\\d+$`));
+    expect(report.claimedBy).toHaveLength(1 + 4 + 1);
+    expect(report).toMatchObject({ state: 'DONE', shards: 4, duplicates: 0, failed: 0, errors: [] });
+    expect(report.ms).toBeGreaterThan(60_000);
+    expect(report.done + report.inDoubt).toBe(40);
+    expect(report.delivered).toBeGreaterThanOrEqual(40 - report.inDoubt);
+    expect(report.delivered).toBeLessThanOrEqual(40);
+    expect(mail.duplicates).toBe(0);
+  });
+
+  it("fences a shard's holder frozen past its lease: its shard is taken over, and it wakes only once that run is over", async () => {
+    const { report, strikes, mail } = await windowInVirtualTime('07:15', 40, {
+      faults: ['pause'],
+      shards: 4,
+      seed: 11,
+    });
+
+    expect(strikes).toHaveLength(1);
+    const frozen = /(shard-\d) froze at effect \d+/.exec(strikes[0]!);
+    expect(frozen).not.toBeNull();
+    const shard = frozen![1]!;
+    expect(report.claimedBy.filter((name) => name.startsWith(`${shard}/`))).toHaveLength(1);
+    expect(report.claimedBy).toHaveLength(1 + 4 + 1);
+    expect(report).toMatchObject({ state: 'DONE', shards: 4, delivered: 40, duplicates: 0, errors: [] });
+    expect(report.done + report.inDoubt).toBe(40);
+    expect(mail.duplicates).toBe(0);
+  });
+
   it.each([
     ['skip', { mode: 'skip' }, []],
     ['once', { mode: 'once' }, ['08:00']],
@@ -292,10 +356,19 @@ describe('the local runner', () => {
   );
 });
 
+/** Runs `test` with a fresh state directory, removed afterwards. */
+async function inStateDir(test: (stateDir: string) => Promise<void>): Promise<void> {
+  const stateDir = await mkdtemp(join(tmpdir(), 'slotguard-serve-'));
+  try {
+    await test(stateDir);
+  } finally {
+    await rm(stateDir, { recursive: true, force: true });
+  }
+}
+
 describe('npm start -- serve', () => {
-  it('runs the catalog on its schedules, one line per window, and catches up after a restart', async () => {
-    const stateDir = await mkdtemp(join(tmpdir(), 'slotguard-serve-'));
-    try {
+  it('runs the catalog on its schedules, one line per window, and catches up after a restart', () =>
+    inStateDir(async (stateDir) => {
       const lines: string[] = [];
       const out = { write: (text: string) => lines.push(text) !== 0 };
       // Monday 30 November 2026, 09:00 Moscow is 06:00Z: both jobs are due at 06:00.
@@ -342,14 +415,43 @@ describe('npm start -- serve', () => {
         'catch-up payment-reminder: 2 windows missed since the last start; policy once within 1440 min: ran 1, not run: 1 superseded',
       );
       expect(text).toContain('catch-up weekly-report: no window missed');
-    } finally {
-      await rm(stateDir, { recursive: true, force: true });
-    }
-  });
+    }));
 
-  it('continues a window longer than one Lambda run from the work queue, and its line shows the runs', async () => {
-    const stateDir = await mkdtemp(join(tmpdir(), 'slotguard-serve-'));
-    try {
+  it("splits every job's windows into --shards shards, and each line shows them", () =>
+    inStateDir(async (stateDir) => {
+      const lines: string[] = [];
+      const out = { write: (text: string) => lines.push(text) !== 0 };
+      const clock = new ManualClock(Date.parse('2026-11-30T05:59:30Z'));
+      const serve = await startServe({
+        stateDir,
+        replicas: 2,
+        customers: 60,
+        invoicesPerWindow: 3,
+        shards: 3,
+        out,
+        clock,
+      });
+      await clock.advance(30_000);
+      await serve.runner.idle();
+      await serve.stop();
+
+      const text = lines.join('');
+      expect(text).toContain('windows split into 3 shards');
+      const windows = text.split('\n').filter((line) => line.startsWith('2026-11-30T06:00:00Z'));
+      expect(windows).toHaveLength(2);
+      expect(windows.find((l) => l.includes('weekly-report'))).toMatch(
+        /runs 4 {2}claimed by replica-\d {2}shards 3 \(3 runs\) {2}delivered 60 {2}duplicates 0 {2}in doubt 0 {2}DONE epoch 1/,
+      );
+      // Three invoices in three shards by the hash of their keys: some shard may have none, and
+      // still ends, so the window does.
+      expect(windows.find((l) => l.includes('payment-reminder'))).toMatch(
+        /shards 3 \(3 runs\) {2}delivered 3 {2}duplicates 0 .*DONE epoch 1/,
+      );
+      expect(serve.sink.duplicates()).toBe(0);
+    }));
+
+  it('continues a window longer than one Lambda run from the work queue, and its line shows the runs', () =>
+    inStateDir(async (stateDir) => {
       const lines: string[] = [];
       let weeklyOver: () => void = () => {};
       const weekly = new Promise<void>((resolve) => {
@@ -385,8 +487,5 @@ describe('npm start -- serve', () => {
       expect(runs).toBeGreaterThanOrEqual(3);
       expect(line).toContain(`DONE epoch ${runs}`);
       expect(line).toMatch(/claimed by replica-\d → replica-\d\/redelivery-1 → /);
-    } finally {
-      await rm(stateDir, { recursive: true, force: true });
-    }
-  });
+    }));
 });

@@ -22,6 +22,7 @@ import { type LocalBackend, openLocalBackend } from '../../local/local-backend.j
 import { LocalRunner } from '../../local/local-runner.js';
 import { type SmtpSink, startSmtpSink } from '../../local/smtp-sink.js';
 import { smtpSender } from '../../shared/effects/smtp-email-sender.js';
+import type { RunOptions } from '../../shared/job/run-slot.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
@@ -46,8 +47,11 @@ const INVOICES = 3;
 const job = localJob(paymentSpec, { invoicesPerWindow: INVOICES });
 const at = (time: string) => Date.parse(`2026-11-30T${time}:00Z`);
 
-/** A fresh table with the CLI options that point at it, the backend, and a runner on `clock`. */
-async function world(clock: ManualClock) {
+/**
+ * A fresh table with the CLI options that point at it, the backend, and a runner on `clock`
+ * (`runOptions` over the job's own).
+ */
+async function world(clock: ManualClock, runOptions?: RunOptions) {
   const table = await dynamo.freshTable('cli');
   const backend = await openLocalBackend({ endpoint: dynamo.endpoint, tableName: table });
   opened.push(backend);
@@ -58,6 +62,7 @@ async function world(clock: ManualClock) {
     sink,
     clock,
     replicas: 2,
+    ...(runOptions ? { runOptions } : {}),
   });
   const where = ['--endpoint', dynamo.endpoint, '--table', table];
   return { backend, runner, where };
@@ -87,12 +92,12 @@ async function cli(
 }
 
 /**
- * A DONE window with two invoices in doubt: a holder reserved them at epoch 1 and died; the
- * takeover at epoch 2 sent the third and left those two reported in doubt.
+ * A DONE window with `inDoubt` invoices in doubt (two by default): a holder reserved them at epoch 1
+ * and died; the takeover at epoch 2 sent the others and left those reported in doubt.
  */
-async function windowWithTwoInDoubt(time: string) {
+async function windowWithInDoubt(time: string, inDoubt = 2, runOptions?: RunOptions) {
   const clock = new ManualClock(at(time) + 5_000);
-  const w = await world(clock);
+  const w = await world(clock, runOptions);
   const slot = { jobId: 'payment-reminder', window: `2026-11-30T${time}:00Z` };
   const crashed = await w.backend.backend.claims.claim(
     slot,
@@ -107,22 +112,16 @@ async function windowWithTwoInDoubt(time: string) {
     clock.now(),
   );
   if (crashed.kind !== 'claimed') throw new Error(crashed.kind);
-  const invoices: string[] = [];
-  for await (const invoice of syntheticDueInvoices(new Date(at(time)), INVOICES))
-    invoices.push(invoice.invoiceId);
-  const hashes = invoices.map((id) => w.backend.backend.hashKey(id));
-  await w.backend.backend.ledger.reserve(crashed.claim, hashes[0]!, {
-    rerunInDoubt: false,
-    now: clock.now(),
-  });
-  await w.backend.backend.ledger.reserve(crashed.claim, hashes[1]!, {
-    rerunInDoubt: false,
-    now: clock.now(),
-  });
+  const invoices: { readonly invoiceId: string; readonly email: string }[] = [];
+  for await (const invoice of syntheticDueInvoices(new Date(at(time)), INVOICES)) invoices.push(invoice);
+  const hashes = invoices.map((invoice) => w.backend.backend.hashKey(invoice.invoiceId));
+  for (const hash of hashes.slice(0, inDoubt)) {
+    await w.backend.backend.ledger.reserve(crashed.claim, hash, { rerunInDoubt: false, now: clock.now() });
+  }
   await clock.advance(63_000);
   const report = await w.runner.fire(job, new Date(at(time)));
-  expect(report).toMatchObject({ state: 'DONE', epoch: 2, inDoubt: 2, delivered: 1 });
-  return { ...w, clock, slot, hashes };
+  expect(report).toMatchObject({ state: 'DONE', epoch: 2, inDoubt, delivered: INVOICES - inDoubt });
+  return { ...w, clock, slot, hashes, invoices };
 }
 
 /** `slots list` of payment-reminder's windows from `from` to `to`. */
@@ -309,7 +308,7 @@ describe('slotguard slots list', () => {
 
 describe('slotguard slots show and effects resolve', () => {
   it('shows the effects in doubt by hash only, resolves one as done and re-runs the other through backfill', async () => {
-    const { where, clock, slot, hashes } = await windowWithTwoInDoubt('06:15');
+    const { where, clock, slot, hashes } = await windowWithInDoubt('06:15');
     const window = ['--job', 'payment-reminder', '--window', slot.window];
 
     const shown = await cli(['slots', 'show', ...window, ...where], clock);
@@ -375,6 +374,302 @@ describe('slotguard slots show and effects resolve', () => {
       backfilled: true,
       effectCounts: { done: 3, inDoubt: 0 },
     });
+  });
+});
+
+describe('slotguard effects resolve --auto', () => {
+  /** The job's runs settle what the provider said before a window finishes; these words come after. */
+  const REPORT_AFTER_NO_GRACE: RunOptions = { inDoubtResolution: { graceMs: 0, afterGrace: 'report' } };
+  const HOUR = 3_600_000;
+  const auto = (window: string, ...more: string[]) => [
+    'effects',
+    'resolve',
+    '--auto',
+    '--job',
+    'payment-reminder',
+    '--window',
+    window,
+    ...more,
+  ];
+
+  it("settles a finished window's effects in doubt by the provider's word: the accepted one done, the rejected one sent again alone, the silent one left", async () => {
+    const w = await windowWithInDoubt('06:30', 3, REPORT_AFTER_NO_GRACE);
+    const { ledger, claims } = w.backend.backend;
+    const [accepted, rejected, silent] = w.hashes;
+    // SES's events for the crashed run's sends arrive after the window finished.
+    const word = { at: w.clock.now(), epoch: 1 };
+    expect(
+      await ledger.recordProviderWord(w.slot, accepted!, {
+        ...word,
+        outcome: 'accepted',
+        event: 'Delivery',
+        messageId: '0100018f-accepted',
+      }),
+    ).toBe('recorded');
+    expect(
+      await ledger.recordProviderWord(w.slot, rejected!, { ...word, outcome: 'rejected', event: 'Reject' }),
+    ).toBe('recorded');
+    await w.clock.advance(2 * HOUR);
+
+    const first = await cli(auto(w.slot.window, ...w.where), w.clock);
+    expect(first.code).toBe(1);
+    expect(first.out).toContain('payment-reminder 2026-11-30T06:30:00Z: DONE at epoch 2, 3 in doubt');
+    expect(first.out).toMatch(new RegExp(`${accepted}\\s+marked done\\s+Delivery\\s+0100018f-accepted`));
+    expect(first.out).toMatch(new RegExp(`${rejected}\\s+re-run\\s+Reject\\s+-`));
+    expect(first.out).toMatch(
+      new RegExp(
+        `${silent}\\s+in doubt\\s+-\\s+-\\s+no word from the provider, past the 1 h grace; reserved 2 h 1 min ago`,
+      ),
+    );
+    // A finished window is delivered again only by the operator: the output says so, with the command.
+    const backfill =
+      'slotguard backfill --job payment-reminder --from 2026-11-30T06:30:00Z --to 2026-11-30T06:31:00Z';
+    expect(first.out).toContain(
+      '  The window was DONE and is reopened (RELEASED at epoch 2, deadline 2026-11-30T08:46:08Z) for the ' +
+        'rejected effect. Nothing delivers a finished window by itself: deliver it once, once you have decided the ' +
+        `ones with no word below: ${backfill}. `,
+    );
+    // The silent one past the grace is the operator's to decide, and the output says how.
+    const decide =
+      'slotguard effects resolve --job payment-reminder --window 2026-11-30T06:30:00Z --key HASH';
+    expect(first.out).toContain(
+      '  1 effect with no word past the 1 h grace, which --auto never sends again.',
+    );
+    expect(first.out).toContain(`    it went:    ${decide} --mark-done\n`);
+    expect(first.out).toContain(
+      `    it did not: ${decide} --rerun, then deliver the window once: ${backfill} (probably safe`,
+    );
+    expect(first.out).toContain(
+      'total: 1 marked done, 1 to re-run, 1 still in doubt (1 past the 1 h grace), 0 refused (1 finished window)',
+    );
+    expect(first.out).not.toMatch(/@|inv-/);
+    expect(await ledger.read(w.slot, accepted!)).toMatchObject({ state: 'DONE', epoch: 1 });
+    expect(await ledger.read(w.slot, rejected!)).toBeUndefined();
+    expect(await ledger.read(w.slot, silent!)).toMatchObject({ state: 'RESERVED', epoch: 1 });
+    expect(await claims.read(w.slot)).toMatchObject({ state: 'RELEASED', epoch: 2 });
+
+    // The window's next run sends the rejected invoice, and only it: the others are done or in doubt.
+    expect(sink.total()).toBe(0);
+    const rerun = await w.runner.fire(job, new Date(at('06:30')));
+    expect(rerun).toMatchObject({ state: 'DONE', epoch: 3, inDoubt: 1 });
+    expect(sink.total()).toBe(1);
+    expect(sink.received.get(w.invoices[1]!.email)).toBe(1);
+    expect((await claims.read(w.slot))?.summary).toMatchObject({
+      done: 2,
+      inDoubt: 1,
+      inDoubtKeys: [silent],
+    });
+
+    // Nothing new said: a second pass writes nothing and still reports the silent one, inside a
+    // grace of 3 hours with when to look again, past one of 2 hours.
+    const waiting = await cli(auto(w.slot.window, '--grace', '3h', ...w.where), w.clock);
+    expect(waiting.code).toBe(1);
+    expect(waiting.out).toMatch(
+      new RegExp(
+        `${silent}\\s+in doubt\\s+-\\s+-\\s+no word yet, grace until 2026-11-30T09:30:05Z; reserved`,
+      ),
+    );
+    expect(waiting.out).toContain(
+      "  1 effect with no word yet, inside the 3 h grace: SES's events can be late. Look again after " +
+        '2026-11-30T09:30:05Z: slotguard effects resolve --job payment-reminder --window 2026-11-30T06:30:00Z --auto',
+    );
+    expect(waiting.out).not.toContain('--mark-done');
+    expect(waiting.out).toContain('1 still in doubt (0 past the 3 h grace)');
+    const second = await cli(auto(w.slot.window, '--json', '--grace', '2h', ...w.where), w.clock);
+    expect(second.code).toBe(1);
+    const report = JSON.parse(second.out);
+    expect(report.graceMs).toBe(2 * HOUR);
+    expect(report.totals).toEqual({
+      markedDone: 0,
+      rerun: 0,
+      inDoubt: 1,
+      pastGrace: 1,
+      refused: 0,
+      movedOn: 0,
+    });
+    expect(report.windows).toEqual([
+      {
+        window: '2026-11-30T06:30:00Z',
+        result: 'resolved',
+        state: 'DONE',
+        epoch: 3,
+        slotReopened: false,
+        effects: [
+          {
+            keyHash: silent,
+            outcome: 'in-doubt',
+            event: null,
+            messageId: null,
+            epoch: 1,
+            reservedAt: '2026-11-30T06:30:05Z',
+            waitingMs: w.clock.now() - (at('06:30') + 5_000),
+            graceEndsAt: '2026-11-30T08:30:05Z',
+            pastGrace: true,
+          },
+        ],
+        next: [
+          expect.stringMatching(
+            /^1 effect with no word past the 2 h grace, which --auto never sends again\./,
+          ),
+          expect.stringContaining('it went:    slotguard effects resolve'),
+          expect.stringContaining('it did not: slotguard effects resolve'),
+        ],
+      },
+    ]);
+    expect(await claims.read(w.slot)).toMatchObject({ state: 'DONE', epoch: 3 });
+    expect(sink.total()).toBe(1);
+  });
+
+  it('refuses a window a run holds under a live lease, and over a range leaves it to its run while settling the finished ones', async () => {
+    const clock = new ManualClock(at('06:45') + 5_000);
+    const w = await world(clock, REPORT_AFTER_NO_GRACE);
+    const { ledger } = w.backend.backend;
+    const live = await claimWindow(w, '06:45', clock.now());
+    const [hash] = await invoiceHashes(w, '06:45');
+    await ledger.reserve(live, hash!, { rerunInDoubt: false, now: clock.now() });
+    const liveWindow = { jobId: 'payment-reminder', window: '2026-11-30T06:45:00Z' };
+    await ledger.recordProviderWord(liveWindow, hash!, {
+      outcome: 'accepted',
+      event: 'Send',
+      at: clock.now(),
+      epoch: 1,
+    });
+    await clock.advance(1_000);
+
+    const refused = await cli(auto(liveWindow.window, ...w.where), clock);
+    expect(refused.code).toBe(1);
+    expect(refused.out).toContain(
+      'payment-reminder 2026-11-30T06:45:00Z: refused: a run (replica-9, epoch 1) holds it until ' +
+        '2026-11-30T06:46:05Z; it settles what the provider said before it finishes. Nothing was written.',
+    );
+    expect(await ledger.read(liveWindow, hash!)).toMatchObject({ state: 'RESERVED', epoch: 1 });
+    const json = await cli(auto(liveWindow.window, '--json', ...w.where), clock);
+    expect(JSON.parse(json.out).windows).toEqual([
+      {
+        window: liveWindow.window,
+        result: 'lease-live',
+        state: 'RUNNING',
+        epoch: 1,
+        holder: 'replica-9',
+        leaseEndsAt: '2026-11-30T06:46:05Z',
+      },
+    ]);
+
+    // The window before it finished DONE with one invoice in doubt, which SES has since confirmed.
+    const crashed = await claimWindow(w, '06:30', at('06:30') + 5_000, 'replica-1/crashed');
+    const [earlier] = await invoiceHashes(w, '06:30');
+    await ledger.reserve(crashed, earlier!, { rerunInDoubt: false, now: at('06:30') + 5_000 });
+    const takeover = await claimWindow(w, '06:30', at('06:30') + 70_000, 'replica-2/takeover');
+    const finished = { done: 2, inDoubt: 1, failed: 0, inDoubtKeys: [earlier!], failedKeys: [], runs: 2 };
+    await w.backend.backend.claims.complete(takeover, finished, at('06:30') + 80_000);
+    const earlierWindow = { jobId: 'payment-reminder', window: '2026-11-30T06:30:00Z' };
+    await ledger.recordProviderWord(earlierWindow, earlier!, {
+      outcome: 'accepted',
+      event: 'Delivery',
+      at: clock.now(),
+      epoch: 1,
+    });
+
+    const range = ['effects', 'resolve', '--auto', '--job', 'payment-reminder'];
+    const ranged = await cli(
+      [...range, '--from', '2026-11-30T06:15Z', '--to', '2026-11-30T07:00Z', ...w.where],
+      clock,
+    );
+    expect(ranged.code).toBe(0);
+    expect(ranged.out).toMatch(new RegExp(`${earlier}\\s+marked done\\s+Delivery`));
+    expect(ranged.out).toContain(
+      '2 of 3 windows are not finished (or never ran): their own runs settle what the provider said',
+    );
+    expect(ranged.out).toContain(
+      'total: 1 marked done, 0 to re-run, 0 still in doubt, 0 refused (1 finished window)',
+    );
+    expect(await ledger.read(earlierWindow, earlier!)).toMatchObject({ state: 'DONE' });
+    expect((await w.backend.backend.claims.read(earlierWindow))?.summary).toMatchObject({
+      done: 3,
+      inDoubt: 0,
+    });
+    expect(await ledger.read(liveWindow, hash!)).toMatchObject({ state: 'RESERVED' });
+  });
+
+  it("marks a split window's accepted effect done, refuses to re-run its rejected one, whose shard has ended, and offers only --mark-done for its silent one", async () => {
+    const clock = new ManualClock(at('06:30') + 30_000);
+    const w = await world(clock);
+    const { claims, ledger } = w.backend.backend;
+    const window = { jobId: 'payment-reminder', window: '2026-11-30T06:30:00Z' };
+    const coordinator = await claimWindow(w, '06:30', at('06:30') + 1_000, 'replica-1/coordinator', {
+      shards: 2,
+    });
+    await claims.release(coordinator, { kind: 'sharded', shards: 2 }, at('06:30') + 2_000);
+    const hashes = await invoiceHashes(w, '06:30');
+    const inDoubt = {
+      done: 0,
+      inDoubt: 3,
+      failed: 0,
+      inDoubtKeys: hashes,
+      failedKeys: [],
+      runs: 1,
+    };
+    const s0 = await claimWindow(w, '06:30', at('06:30') + 3_000, 'replica-2/s0', { shard: 0 });
+    for (const hash of hashes) await ledger.reserve(s0, hash, { rerunInDoubt: false, now: at('06:30') });
+    await claims.complete(s0, inDoubt, at('06:30') + 4_000);
+    await claims.shardFinished(window, 0);
+    const s1 = await claimWindow(w, '06:30', at('06:30') + 5_000, 'replica-3/s1', { shard: 1 });
+    await claims.complete(s1, { ...inDoubt, inDoubt: 0, inDoubtKeys: [] }, at('06:30') + 6_000);
+    await claims.shardFinished(window, 1);
+    expect(
+      await claims.finishSharded(window, { kind: 'complete', summary: inDoubt }, at('06:30') + 7_000),
+    ).toBe('ok');
+    const word = { at: clock.now(), epoch: 1 };
+    await ledger.recordProviderWord(window, hashes[0]!, { ...word, outcome: 'accepted', event: 'Send' });
+    await ledger.recordProviderWord(window, hashes[1]!, { ...word, outcome: 'rejected', event: 'Reject' });
+
+    const result = await cli(auto(window.window, '--grace', '10s', ...w.where), clock);
+    expect(result.code).toBe(1);
+    expect(result.out).toMatch(new RegExp(`${hashes[0]}\\s+marked done\\s+Send\\s+-\\s+shard 0`));
+    expect(result.out).toMatch(
+      new RegExp(`${hashes[1]}\\s+refused\\s+Reject\\s+-\\s+shard 0, split window: not re-run`),
+    );
+    expect(result.out).toContain(
+      'the window is split into 2 shards, and running an effect again needs the shard',
+    );
+    expect(result.out).toMatch(
+      new RegExp(
+        `${hashes[2]}\\s+in doubt\\s+-\\s+-\\s+shard 0, no word from the provider, past the 10 s grace`,
+      ),
+    );
+    expect(result.out).toContain(
+      '    it went:    slotguard effects resolve --job payment-reminder --window 2026-11-30T06:30:00Z --key HASH --mark-done\n' +
+        '    it did not: not from here yet: the window is split into 2 shards, and running an effect again needs',
+    );
+    expect(result.out).toContain(
+      'total: 1 marked done, 0 to re-run, 1 still in doubt (1 past the 10 s grace), 1 refused',
+    );
+    expect(await ledger.read(window, hashes[0]!)).toMatchObject({ state: 'DONE', shard: 0 });
+    expect(await ledger.read(window, hashes[1]!)).toMatchObject({ state: 'RESERVED', shard: 0 });
+    expect(await ledger.read(window, hashes[2]!)).toMatchObject({ state: 'RESERVED', shard: 0 });
+    expect(await claims.read(window)).toMatchObject({ state: 'DONE', summary: { done: 1, inDoubt: 2 } });
+  });
+
+  it('refuses --auto with --mark-done, --rerun or --key, a range or --grace without --auto, and a --grace it cannot read, naming the flags', async () => {
+    const window = ['--job', 'payment-reminder', '--window', '2026-11-30T06:30:00Z'];
+    const both = await cli(['effects', 'resolve', '--auto', '--rerun', '--key', 'abcdef12', ...window]);
+    expect(both.code).toBe(2);
+    expect(both.err).toContain('--auto is given with --rerun and --key');
+    const neither = await cli(['effects', 'resolve', '--auto', '--job', 'payment-reminder']);
+    expect(neither.code).toBe(2);
+    expect(neither.err).toContain(
+      '--auto resolves the finished windows of --window T, or of --from T --to T',
+    );
+    const byHand = ['effects', 'resolve', ...window, '--key', 'abcdef12'];
+    const ranged = await cli([...byHand, '--from', 'now-1d']);
+    expect(ranged.code).toBe(2);
+    expect(ranged.err).toContain('--from select windows for --auto only');
+    const grace = await cli([...byHand, '--rerun', '--grace', '2h']);
+    expect(grace.code).toBe(2);
+    expect(grace.err).toContain('--grace is for --auto only');
+    const badGrace = await cli([...auto('2026-11-30T06:30:00Z'), '--grace', 'an hour']);
+    expect(badGrace.code).toBe(2);
+    expect(badGrace.err).toContain('--grace is "an hour"; give a whole number and a unit');
   });
 });
 

@@ -24,6 +24,9 @@ describe('npm start flags', () => {
     [['--json=yes'], "Option '--json' does not take an argument"],
     [['serve', '--json'], "--json is the demo's summary line; serve runs until stopped"],
     [['--recipients', '0'], '--recipients is "0"; give a whole number of at least 1 (default 12400)'],
+    [['--shards', '0'], '--shards is "0"; give a whole number from 1 to 1000, such as 8'],
+    [['--shards', '1001'], '--shards is "1001"; give a whole number from 1 to 1000'],
+    [['--shards', '2.5'], '--shards is "2.5"; give a whole number from 1 to 1000'],
   ])(
     'refuses %j before starting anything, naming the flag, the value and the fix (exit 2)',
     async (argv, message) => {
@@ -36,10 +39,14 @@ describe('npm start flags', () => {
     },
   );
 
-  it('documents --send-rate, --lambda-timeout and --json under --help', async () => {
+  it('documents --send-rate, --lambda-timeout, --shards and --json under --help', async () => {
     const { code, out } = await start(['--help']);
 
     expect(code).toBe(0);
+    expect(out).toMatch(/--shards N\s+split each slotguard window into N shards/);
+    expect(out).toContain(
+      'npm start -- --recipients 20000 --shards 8 --send-rate 2000 --lambda-timeout 10 --json',
+    );
     expect(out).toContain('--send-rate R');
     expect(out).toContain('--lambda-timeout S');
     expect(out).toMatch(/--json\s+demo: end with one line of JSON/);
@@ -63,5 +70,6 @@ describe('npm start flags', () => {
     expect(
       parseStartArgs(['--send-rate', '0.5', '--lambda-timeout', '10', '--json', '--recipients', '20000']),
     ).toMatchObject({ sendRatePerSecond: 0.5, lambdaTimeoutSeconds: 10, json: true, recipients: 20_000 });
+    expect(parseStartArgs(['serve', '--shards', '8'])).toMatchObject({ command: 'serve', shards: 8 });
   });
 });

@@ -11,7 +11,7 @@ import {
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '../../errors.js';
-import { reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
 import type {
   Claim,
   EffectFailure,
@@ -291,11 +291,10 @@ export class DynamoEffectLedger implements EffectLedger {
       if (!(error instanceof ConditionalCheckFailedException))
         throw storeError('recordProviderWord', window, error);
       const item = conflictItem(error);
-      const current = item ? toRecord(keyHash, item) : await this.read(window, keyHash);
-      if (current?.state === EffectState.Done) return 'done';
-      return current?.epoch === word.epoch && current.provider?.outcome === 'accepted'
-        ? 'recorded'
-        : 'unknown';
+      return providerWordOutcomeOfConflict(
+        item ? toRecord(keyHash, item) : await this.read(window, keyHash),
+        word,
+      );
     }
   }
 

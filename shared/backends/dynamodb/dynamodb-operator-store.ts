@@ -6,19 +6,21 @@ import {
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '../../errors.js';
-import type {
-  EffectResolution,
-  OperatorRequest,
-  OperatorStore,
-  OperatorWriteOutcome,
-  RedriveOutcome,
-  RedriveRequest,
-  RefusalReason,
-  ReleaseRequest,
-  ResolveEffectOutcome,
+import {
+  type EffectResolution,
+  failedEffectsToClear,
+  type OperatorRequest,
+  type OperatorStore,
+  type OperatorWriteOutcome,
+  type RedriveOutcome,
+  type RedriveRequest,
+  type RefusalReason,
+  type ReleaseRequest,
+  type ResolveEffectOutcome,
 } from '../../slot/operator-ports.js';
 import { type EffectRecord, EffectState, type SlotRecord, SlotState } from '../../slot/ports.js';
 import type { Slot } from '../../slot/slot.js';
+import { summaryWithEffectDone } from '../../slot/window-summary.js';
 import { num, str } from './attribute-values.js';
 import { SlotAttribute as A, DynamoClaimStore } from './dynamodb-claim-store.js';
 import { DynamoEffectLedger } from './dynamodb-effect-ledger.js';
@@ -125,20 +127,8 @@ export class DynamoOperatorStore implements OperatorStore {
     if (guard.kind === 'absent') return guard;
     if (guard.kind === 'refused') return { ...guard, cleared: [] };
 
-    const wanted = request.keyHashes ? [...new Set(request.keyHashes)] : undefined;
-    const failed: EffectRecord[] = [];
-    if (wanted) {
-      const found = await Promise.all(
-        wanted.map(async (keyHash) => ({ keyHash, current: await this.#ledger.read(slot, keyHash) })),
-      );
-      const notFailed = found.filter(({ current }) => current?.state !== EffectState.Failed);
-      if (notFailed.length > 0) return { kind: 'effects-not-failed', effects: notFailed };
-      for (const { current } of found) failed.push(current!);
-    } else {
-      for await (const effect of this.#ledger.list(slot)) {
-        if (effect.state === EffectState.Failed) failed.push(effect);
-      }
-    }
+    const failed = await failedEffectsToClear(this.#ledger, slot, request.keyHashes);
+    if (!Array.isArray(failed)) return failed;
     const cleared: EffectRecord[] = [];
     for (const effect of failed) {
       if (await this.#deleteExactly(slot, effect)) cleared.push(effect);
@@ -168,7 +158,8 @@ export class DynamoOperatorStore implements OperatorStore {
    *       as the operator saw it, and no run is working on it
    *   t2  the effect: done → UpdateItem to DONE; clear → DeleteItem; both only if it is still that
    *       exact reservation (RESERVED, epoch 1, owner o1)
-   *   t3  clear on a DONE or PARTIAL slot: reopen it, fenced on epoch 2, so a later delivery performs it
+   *   t3  clear on a DONE or PARTIAL slot: reopen it, fenced on epoch 2, so a later delivery performs it;
+   *       done on one: move the effect from in doubt to done in the window's stored summary
    * A delivery claiming the slot between t1 and t2 finds the effect RESERVED by an earlier epoch and
    * leaves it in doubt (never performs it), so the effect runs at most once whichever write lands
    * first. If it also completed before t3, the reopen is refused and the outcome says so.
@@ -237,13 +228,52 @@ export class DynamoOperatorStore implements OperatorStore {
     }
 
     let slotReopened = false;
-    if (
-      resolution === 'clear' &&
-      (guard.record.state === SlotState.Done || guard.record.state === SlotState.Partial)
-    ) {
+    if (resolution === 'clear' && isFinished(guard.record)) {
       slotReopened = (await this.reopen(slot, request)).kind === 'ok';
     }
+    if (resolution === 'done') await this.#countDone(slot, keyHash, guard.record, request);
     return { kind: 'resolved', resolution, before, slotReopened };
+  }
+
+  /*
+   * Timeline of the summary's count (t3 of a `done` on a DONE slot whose summary counts 2 in doubt):
+   *   t3  UpdateItem if epoch = 2 AND state = DONE or PARTIAL AND summary = the one read
+   *       → the same summary with 1 in doubt, one more done, the hash off its in-doubt list
+   *   t3' another resolver's count landed first (the watchdog, a second operator): the condition
+   *       fails; read the slot again and count on its summary, a few times at most
+   * A reopened or re-claimed slot is left alone: its next finish counts the window afresh. A crash
+   * between t2 and t3 leaves the summary counting the effect in doubt, as it did before.
+   */
+  async #countDone(slot: Slot, keyHash: string, read: SlotRecord, request: OperatorRequest): Promise<void> {
+    let record: SlotRecord | undefined = read;
+    for (let attempt = 0; attempt < 3 && record; attempt++) {
+      if (!isFinished(record) || record.epoch !== request.expectedEpoch || !record.summary) return;
+      const counted = summaryWithEffectDone(record.summary, keyHash);
+      if (!counted) return;
+      try {
+        await this.#client.send(
+          new UpdateItemCommand({
+            TableName: this.#table,
+            Key: slotKey(slot),
+            UpdateExpression: 'SET #summary = :counted',
+            ConditionExpression: '#epoch = :expected AND #state IN (:done, :partial) AND #summary = :read',
+            ExpressionAttributeNames: { '#summary': A.summary, '#epoch': A.epoch, '#state': A.state },
+            ExpressionAttributeValues: {
+              ':counted': str(JSON.stringify(counted)),
+              ':read': str(JSON.stringify(record.summary)),
+              ':expected': num(request.expectedEpoch),
+              ':done': str(SlotState.Done),
+              ':partial': str(SlotState.Partial),
+            },
+          }),
+        );
+        return;
+      } catch (error) {
+        if (!(error instanceof ConditionalCheckFailedException))
+          throw storeError('resolveEffect', slot, error);
+        record = await this.#claims.read(slot);
+      }
+    }
   }
 
   /** Deletes a FAILED effect if it is still the refusal read; true when it is gone. */
@@ -297,11 +327,7 @@ export class DynamoOperatorStore implements OperatorStore {
       await this.#client.send(
         new UpdateItemCommand({
           TableName: this.#table,
-          // A shard is a slot of its own (sk `shard#0003`): the write must land on it, not its window.
-          Key: {
-            [TableLayout.partitionKey]: str(slotPartitionKey(slot.jobId, slot.window)),
-            [TableLayout.sortKey]: str(slotSortKey(slot.shard)),
-          },
+          Key: slotKey(slot),
           UpdateExpression: write.update,
           ConditionExpression: write.condition,
           ExpressionAttributeNames: Object.fromEntries(
@@ -335,6 +361,19 @@ export class DynamoOperatorStore implements OperatorStore {
     if (!record) return { kind: 'absent' };
     return { kind: 'ok', record };
   }
+}
+
+/** A slot item's key. A shard is a slot of its own (sk `shard#0003`): a write must land on it, not its window. */
+function slotKey(slot: Slot): Record<string, AttributeValue> {
+  return {
+    [TableLayout.partitionKey]: str(slotPartitionKey(slot.jobId, slot.window)),
+    [TableLayout.sortKey]: str(slotSortKey(slot.shard)),
+  };
+}
+
+/** DONE or PARTIAL: finished, with a summary counted from the window's records. */
+function isFinished(record: SlotRecord): boolean {
+  return record.state === SlotState.Done || record.state === SlotState.Partial;
 }
 
 function effectKey(slot: Slot, keyHash: string): Record<string, AttributeValue> {

@@ -1,5 +1,5 @@
 import { StoreError } from '../../errors.js';
-import { reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
 import type {
   Claim,
   EffectFailure,
@@ -212,10 +212,7 @@ export class MemoryEffectLedger implements EffectLedger {
       }),
     );
     if (result.committed) return 'recorded';
-    if (result.item?.state === EffectState.Done) return 'done';
-    return result.item?.provider?.outcome === 'accepted' && result.item.epoch === word.epoch
-      ? 'recorded'
-      : 'unknown';
+    return providerWordOutcomeOfConflict(result.item && toRecord(keyHash, result.item), word);
   }
 
   async settleInDoubt(slot: Slot, stale: EffectRecord, to: 'done' | 'retry', now: number): Promise<boolean> {

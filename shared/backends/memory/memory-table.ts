@@ -76,7 +76,9 @@ export type StoreOperation =
   | 'recordProviderWord'
   | 'settleInDoubt'
   | 'readEffect'
-  | 'list';
+  | 'list'
+  /** An operator's write (MemoryOperatorStore): never a run's, and allowed to reopen a finished slot. */
+  | 'operator';
 
 /** A condition on the current item, with the DynamoDB ConditionExpression it stands for. */
 export interface Condition<I> {

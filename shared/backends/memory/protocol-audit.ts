@@ -37,7 +37,8 @@ export interface LateReservation {
  * - epochs per slot only grow: each grant's epoch is above every earlier grant's;
  * - no write from a stale epoch is accepted: a renewal, completion or release commits only for
  *   the latest epoch granted;
- * - a slot is completed at most once, and a finished (DONE, PARTIAL) or STUCK slot is never written again;
+ * - a slot is completed at most once, and a finished (DONE, PARTIAL) or STUCK slot is never written
+ *   again, but by an operator (MemoryOperatorStore), whose reopening lets it be completed once more;
  * - a reservation never replaces one of the same or a later epoch, and a done mark lands only on a
  *   record its own claim reserved, or one whose reservation a resolver has since settled.
  *
@@ -85,6 +86,11 @@ export class ProtocolAudit {
     version: number,
   ): void {
     const slot = slotName(write.slot);
+    if (write.operation === 'operator') {
+      // An operator reopens what runs may not: a slot given back may be completed once more.
+      if (after?.state === SlotState.Released) this.#completions.delete(slot);
+      return;
+    }
     const by = write.by ? `owner ${write.by.owner} epoch ${write.by.epoch}` : 'an unknown writer';
     if (before && isFinished(before.state)) {
       this.violations.push(`${write.operation} by ${by} rewrote slot ${slot} after it was ${before.state}`);

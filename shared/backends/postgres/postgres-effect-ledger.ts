@@ -1,15 +1,17 @@
 import { StoreError } from '../../errors.js';
-import { reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
 import type {
   Claim,
   EffectFailure,
   EffectLedger,
   EffectRecord,
+  ProviderWord,
+  ProviderWordOutcome,
   ReserveOptions,
   ReserveOutcome,
 } from '../../slot/ports.js';
 import { EffectState } from '../../slot/ports.js';
-import { canonicalClaim, canonicalSlot, type Slot } from '../../slot/slot.js';
+import { canonicalClaim, canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
 import { type LeaseClock, type PostgresClaimStore, shardParam } from './postgres-claim-store.js';
 import { translateError } from './postgres-errors.js';
 import type { PostgresExecutor } from './postgres-executor.js';
@@ -38,6 +40,13 @@ export type EffectRow = {
   readonly reason: string | null;
   /** The shard whose run wrote it; NULL in a window that is not split. */
   readonly shard: number | null;
+  /** The reserving run's clock (the database's, on a row reserved before schema version 4). */
+  readonly reserved_at: Date;
+  /** The provider's word on the reservation's message (all NULL until it says anything). */
+  readonly provider_outcome: ProviderWord['outcome'] | null;
+  readonly provider_event: string | null;
+  readonly provider_at: Date | null;
+  readonly provider_message_id: string | null;
 };
 
 type BatchRow = { readonly lease_held: boolean; readonly inserted: string[] };
@@ -56,6 +65,8 @@ const CHUNK = 1_000;
 const PAGE = 1_000;
 /** Longest refusal reason kept (a NotPerformedReason is a short word). */
 const MAX_REASON_TEXT = 200;
+/** Longest provider event name and message id kept (SES's are short words and ~60-character ids). */
+const MAX_PROVIDER_TEXT = 200;
 
 /**
  * The effect half of the Postgres backend: one row per (job, window, effect key hash). A sharded
@@ -69,6 +80,10 @@ const MAX_REASON_TEXT = 200;
  *   perform  the caller sends the email
  *   mark     UPDATE to DONE where the reservation is ours                   → later runs skip it
  *   refused  UPDATE to FAILED (attempts, retry_at) where it is ours          → a later run retries it
+ *   word     UPDATE of the provider_* columns from the provider's events (recordProviderWord),
+ *            on the reservation of the word's epoch, by a recorder that holds no lease
+ *   settle   UPDATE of a dead epoch's exact reservation, by that word (settleInDoubt):
+ *            DONE, or FAILED due now                                          → the retry sends it
  * A crash between reserve and mark leaves RESERVED with epoch e; a later epoch reports it IN DOUBT
  * (the email may or may not have gone) instead of sending again. A holder that has been taken over
  * reserves nothing: the lease check in the same statement fails first. A batch abandoned at the
@@ -140,6 +155,7 @@ export class PostgresEffectLedger implements EffectLedger {
       const batch = await this.#query<BatchRow>('reserve', claim, this.#rowsOf(claim).reserveEffects, [
         this.#checkLeaseEnd,
         pending,
+        new Date(options.now),
         ...shardParam(claim.slot),
       ]);
       if (!batch[0]?.lease_held) {
@@ -165,7 +181,9 @@ export class PostgresEffectLedger implements EffectLedger {
         else if (decided.kind === 'retry') replacements.push({ seen: decided.current, rerun: false });
         else outcomes.set(keyHash, decided);
       }
-      if (replacements.length > 0) pending.push(...(await this.#replace(claim, replacements, outcomes)));
+      if (replacements.length > 0) {
+        pending.push(...(await this.#replace(claim, replacements, outcomes, options.now)));
+      }
       pending.sort();
     }
     return keyHashes.map((keyHash) => outcomes.get(keyHash)!);
@@ -231,6 +249,47 @@ export class PostgresEffectLedger implements EffectLedger {
     }
   }
 
+  // Timeline: sql.recordProviderWord; a miss is explained by the row as it is now.
+  async recordProviderWord(slot: Slot, keyHash: string, word: ProviderWord): Promise<ProviderWordOutcome> {
+    const window = windowSlot(canonicalSlot(slot));
+    assertKeyHash(keyHash);
+    const written = await this.#write('recordProviderWord', window, this.#sql.recordProviderWord, [
+      keyHash,
+      word.epoch,
+      word.outcome,
+      storableText(word.event, MAX_PROVIDER_TEXT),
+      new Date(word.at),
+      storableText(word.messageId, MAX_PROVIDER_TEXT),
+    ]);
+    if (written) return 'recorded';
+    const current = (await this.#readRows(window, [keyHash])).get(keyHash);
+    return providerWordOutcomeOfConflict(current && toRecord(current), word);
+  }
+
+  // Timeline: sql.settleInDoubtDone and settleInDoubtRetry.
+  async settleInDoubt(slot: Slot, stale: EffectRecord, to: 'done' | 'retry', now: number): Promise<boolean> {
+    const window = windowSlot(canonicalSlot(slot));
+    assertKeyHash(stale.keyHash);
+    const reservation = [stale.keyHash, stale.epoch, stale.owner];
+    return to === 'done'
+      ? this.#write('settleInDoubt', window, this.#sql.settleInDoubtDone, reservation)
+      : this.#write('settleInDoubt', window, this.#sql.settleInDoubtRetry, [
+          ...reservation,
+          stale.attempts + 1,
+          new Date(now),
+        ]);
+  }
+
+  /** A write to one effect row of a window, by whoever holds no claim; answers whether it matched. */
+  async #write(operation: string, window: Slot, text: string, rest: unknown[]): Promise<boolean> {
+    try {
+      const rows = await this.#executor.query(text, [window.jobId, window.window, ...rest]);
+      return rows.length > 0;
+    } catch (error) {
+      throw translateError(operation, `an effect of ${describeSlot(window)}`, this.#schema, error);
+    }
+  }
+
   /**
    * Replaces rows exactly as they were read, under the lease check (sql.replaceEffects). Returns the
    * keys of retries whose row changed since the read, for another round. An in-doubt re-run that
@@ -241,6 +300,7 @@ export class PostgresEffectLedger implements EffectLedger {
     claim: Claim,
     replacements: readonly Replacement[],
     outcomes: Map<string, ReserveOutcome>,
+    now: number,
   ): Promise<string[]> {
     const seen = replacements.map((r) => r.seen);
     const [row] = await this.#query<ReplaceRow>('reserve', claim, this.#rowsOf(claim).replaceEffects, [
@@ -250,6 +310,7 @@ export class PostgresEffectLedger implements EffectLedger {
       seen.map((r) => r.epoch),
       seen.map((r) => r.owner),
       seen.map((r) => r.attempts),
+      new Date(now),
       ...shardParam(claim.slot),
     ]);
     if (!row?.lease_held) {
@@ -353,6 +414,19 @@ export function toRecord(row: EffectRow): EffectRecord {
     ...(row.retry_at ? { retryAt: row.retry_at.getTime() } : {}),
     ...(row.reason !== null ? { reason: row.reason } : {}),
     ...(row.shard !== null ? { shard: row.shard } : {}),
+    reservedAt: row.reserved_at.getTime(),
+    ...(row.provider_outcome !== null ? { provider: providerWordOf(row, row.provider_outcome) } : {}),
+  };
+}
+
+/** The word on a row; its epoch is the row's, as a word is only ever written on its epoch's row. */
+function providerWordOf(row: EffectRow, outcome: ProviderWord['outcome']): ProviderWord {
+  return {
+    outcome,
+    event: row.provider_event ?? '',
+    at: row.provider_at?.getTime() ?? 0,
+    epoch: row.epoch,
+    ...(row.provider_message_id !== null ? { messageId: row.provider_message_id } : {}),
   };
 }
 

@@ -13,6 +13,7 @@ import type {
 } from '../../slot/operator-ports.js';
 import { type EffectRecord, EffectState, SlotState } from '../../slot/ports.js';
 import { canonicalSlot, type Slot } from '../../slot/slot.js';
+import { summaryWithEffectDone } from '../../slot/window-summary.js';
 import { DEFAULT_SCHEMA } from './postgres-backend.js';
 import { assertLeaseClock, type LeaseClock, type SlotRow, toRecord } from './postgres-claim-store.js';
 import { type EffectRow, toRecord as toEffectRecord } from './postgres-effect-ledger.js';
@@ -296,7 +297,19 @@ export class PostgresOperatorStore implements OperatorStore {
           await this.#giveBackShards(query, sql.rewalkShards, slot, request, slotAction);
         }
       } else {
-        await query(sql.noteOperatorAction, [slot.jobId, slot.window, request.expectedEpoch, slotAction]);
+        // A finished window's summary counted the effect in doubt; it is done now. The row is locked,
+        // so no other resolver counts on it meanwhile.
+        const counted =
+          resolution === 'done' && FINISHED.includes(guarded.state) && guarded.summary
+            ? summaryWithEffectDone(guarded.summary, keyHash)
+            : undefined;
+        await query(sql.noteOperatorAction, [
+          slot.jobId,
+          slot.window,
+          request.expectedEpoch,
+          slotAction,
+          counted ? JSON.stringify(counted) : null,
+        ]);
       }
       return { kind: 'resolved', resolution, before, slotReopened };
     });

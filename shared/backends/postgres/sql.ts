@@ -30,8 +30,10 @@ export { assertSchemaName, SCHEMA_NAME_PATTERN } from './postgres-settings.js';
  *    `progress`, `runs_without_progress`, `resume_after`, `key_version` on slots; effect state FAILED, and
  *    `attempts`, `retry_at`, `reason` on effects.
  * 4: windows split into shards: slot state SHARDED, `shards` and `finished_shards` on slots, the
- *    `shard_slots` table (one row per shard, each a slot of its own), and `shard` on effects; and
- *    `send_rates`, each job's send-rate timeline (SharedRateLimiter).
+ *    `shard_slots` table (one row per shard, each a slot of its own), and `shard` on effects;
+ *    `send_rates`, each job's send-rate timeline (SharedRateLimiter); and the provider's word on
+ *    effects (`provider_outcome`, `provider_event`, `provider_at`, `provider_message_id`), with
+ *    `reserved_at` now the reserving run's clock (it was the database's).
  */
 export const SCHEMA_VERSION = 4;
 
@@ -56,7 +58,12 @@ const SLOT_COLUMNS = `state, owner, epoch, lease_until, attempts, failures, max_
 const WINDOW_COLUMNS = `${SLOT_COLUMNS}, shards, finished_shards`;
 
 /** The effect columns every read decodes (see EffectRow in the ledger). */
-const EFFECT_COLUMNS = 'key_hash, state, epoch, owner, attempts, retry_at, reason, shard';
+const EFFECT_COLUMNS = `key_hash, state, epoch, owner, attempts, retry_at, reason, shard, reserved_at,
+  provider_outcome, provider_event, provider_at, provider_message_id`;
+
+/** The SET list that drops an effect row's provider's word (see recordProviderWord). */
+const NO_PROVIDER_WORD =
+  'provider_outcome = NULL, provider_event = NULL, provider_at = NULL, provider_message_id = NULL';
 
 /**
  * The SET list of an operator's write that gives a slot back (OperatorStore): RELEASED, the lease
@@ -320,17 +327,20 @@ function slotRowStatements(schema: string, kind: SlotRowKind) {
      *      DO NOTHING) and explained by a read afterwards
      * A holder fenced out by a takeover (or, on the database clock, past its lease) matches no row
      * in step 1 and inserts nothing. Keys are inserted in the caller's (sorted) order, so two
-     * batches that overlap lock their rows in the same order and cannot deadlock.
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes, $7 shard.
+     * batches that overlap lock their rows in the same order and cannot deadlock. `reserved_at` is
+     * the caller's clock, as every instant it later compares with its own clock (an in-doubt
+     * effect's grace period runs from it).
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes, $7 reserved at,
+     * $8 shard.
      */
     reserveEffects: `
-      WITH ${leaseHeld(7)},
+      WITH ${leaseHeld(8)},
       inserted AS (
         INSERT INTO ${schema}.effects (job_id, slot_window, key_hash, state, epoch, owner, reserved_at, expires_at${
           shard ? ', shard' : ''
         })
-        SELECT $1::text, $2::text, k.key_hash, 'RESERVED', $4::integer, $3::text, now(),
-          (SELECT expires_at FROM lease)${shard ? ', $7::integer' : ''}
+        SELECT $1::text, $2::text, k.key_hash, 'RESERVED', $4::integer, $3::text, $7::timestamptz,
+          (SELECT expires_at FROM lease)${shard ? ', $8::integer' : ''}
         FROM unnest($6::text[]) WITH ORDINALITY AS k(key_hash, n)
         WHERE EXISTS (SELECT 1 FROM lease)
         ORDER BY k.n
@@ -349,15 +359,17 @@ function slotRowStatements(schema: string, kind: SlotRowKind) {
      * Each row is replaced only as it was read (state, epoch, owner, attempts), so of several
      * concurrent retries of one refusal exactly one wins; the caller reads the rest again. Only rows
      * its own shard wrote reach here (reserveOutcomeOfConflict answers another shard's `elsewhere`),
-     * and a row still as read, owner token and all, is still that shard's.
+     * and a row still as read, owner token and all, is still that shard's. The provider's word on
+     * the row was about the reservation replaced, so it goes with it.
      * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes, and as read:
-     * $7 their states, $8 epochs, $9 owners, $10 attempts; $11 shard.
+     * $7 their states, $8 epochs, $9 owners, $10 attempts; $11 reserved at (the caller's clock);
+     * $12 shard.
      */
     replaceEffects: `
-      WITH ${leaseHeld(11)},
+      WITH ${leaseHeld(12)},
       replaced AS (
-        UPDATE ${schema}.effects AS e SET state = 'RESERVED', epoch = $4, owner = $3, reserved_at = now(),
-          retry_at = NULL, reason = NULL
+        UPDATE ${schema}.effects AS e SET state = 'RESERVED', epoch = $4, owner = $3, reserved_at = $11::timestamptz,
+          retry_at = NULL, reason = NULL, ${NO_PROVIDER_WORD}
         FROM unnest($6::text[], $7::text[], $8::integer[], $9::text[], $10::integer[])
           AS seen(key_hash, state, epoch, owner, attempts)
         WHERE EXISTS (SELECT 1 FROM lease)
@@ -481,6 +493,48 @@ export function sqlFor(schema: string) {
       SELECT ${EFFECT_COLUMNS} FROM ${effects}
       WHERE job_id = $1 AND slot_window = $2 AND key_hash > $3
       ORDER BY key_hash LIMIT $4`,
+
+    /*
+     * Timeline of a provider's word (an SES event about a message an effect sent):
+     *   the word's epoch's reservation, RESERVED or FAILED, no word yet          → written
+     *   a rejection on record, an acceptance arrives (Reject, later Send)        → replaced
+     *   an acceptance on record, a rejection arrives                             → no row: kept
+     *   the same word again (SES delivers events at least once)                  → no row
+     *   DONE, another epoch's reservation (re-run since), or no row at all       → no row
+     * The adapter explains a miss by reading the row. No lease check: whoever records the word holds
+     * no lease, and the word changes nothing a holder decides by (state, epoch, owner, attempts).
+     * $1 job, $2 window, $3 key, $4 the word's epoch, $5 outcome, $6 event, $7 at, $8 message id or NULL.
+     */
+    recordProviderWord: `
+      UPDATE ${effects} SET provider_outcome = $5::text, provider_event = $6::text,
+        provider_at = $7::timestamptz, provider_message_id = $8::text
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3 AND epoch = $4 AND state <> 'DONE'
+        AND (provider_outcome IS NULL OR ($5::text = 'accepted' AND provider_outcome = 'rejected'))
+      RETURNING key_hash`,
+
+    /*
+     * Timeline of an in-doubt effect settled (by a later run of its window, or an operator's resolve):
+     *   t0  the settler reads it: RESERVED, epoch 1, owner a (a died between send and mark)
+     *   t1  this UPDATE, only if the row is still exactly that reservation → DONE (the provider
+     *       accepted the message), or FAILED due at once (it did not: the window's retry pass sends it)
+     *   a row re-run, marked or settled by someone else since t0: no row, and the caller is told
+     * No lease check: the settler may hold none (an operator), and the row it settles belongs to a
+     * dead epoch, whose holder the condition fences as exactly as a lease would. Shard and word stay.
+     * $1 job, $2 window, $3 key, $4 reservation epoch, $5 reservation owner.
+     */
+    settleInDoubtDone: `
+      UPDATE ${effects} SET state = 'DONE', done_at = now()
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3
+        AND state = 'RESERVED' AND epoch = $4 AND owner = $5
+      RETURNING key_hash`,
+
+    /** As settleInDoubtDone, to FAILED: $6 attempts (the reservation's + 1), $7 retry at (now). */
+    settleInDoubtRetry: `
+      UPDATE ${effects} SET state = 'FAILED', attempts = $6::integer, retry_at = $7::timestamptz,
+        reason = 'not-accepted'
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3
+        AND state = 'RESERVED' AND epoch = $4 AND owner = $5
+      RETURNING key_hash`,
 
     /*
      * The operator's statements (PostgresOperatorStore). Each write is fenced on the epoch the
@@ -651,11 +705,12 @@ export function sqlFor(schema: string) {
 
     /*
      * Timeline of the slot's note after an effect is resolved (t3, when the slot is not reopened):
-     * fenced on the epoch the guard locked, so it always matches inside that transaction.
-     * $1 job, $2 window, $3 expected epoch, $4 action.
+     * fenced on the epoch the guard locked, so it always matches inside that transaction. An effect
+     * marked done on a finished window also moves from in doubt to done in its summary ($5).
+     * $1 job, $2 window, $3 expected epoch, $4 action, $5 the summary counted again (JSON) or NULL.
      */
     noteOperatorAction: `
-      UPDATE ${slots} SET operator_action = $4
+      UPDATE ${slots} SET operator_action = $4, summary = COALESCE($5::jsonb, summary)
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
       RETURNING epoch`,
 
@@ -755,6 +810,14 @@ export function sqlFor(schema: string) {
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS shards integer`,
       `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS finished_shards integer[]`,
       `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS shard integer`,
+      // Version 4 too: what the provider said of the message an effect's reservation sent (all
+      // nullable: catalog changes). An inline CHECK is added only with its column, so a schema
+      // upgraded and a new one carry the same constraint (effects_provider_outcome_check).
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS provider_outcome text
+        CHECK (provider_outcome IN ('accepted', 'rejected'))`,
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS provider_event text`,
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS provider_at timestamptz`,
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS provider_message_id text`,
       `CREATE TABLE IF NOT EXISTS ${shardSlots} (
         job_id          text        NOT NULL ${JOB_ID_CHECK},
         slot_window     text        NOT NULL ${WINDOW_CHECK},
