@@ -21,7 +21,10 @@ import { type ActorPlan, LONG_DEADLINE_MS, recipientAddress, type Scenario, scen
 /** Cases per run, and the real time after which no new case starts (whichever comes first). */
 const CASES = 12_000;
 const TIME_LIMIT_MS = 25_000;
-/** Fewer cases than this (a machine much slower than expected) fails the run: thousands, always. */
+/**
+ * Thousands of cases, always: a machine too busy to run this many within the time limit runs on
+ * until it has (at the time limit, no new case starts; a top-up of the missing cases follows).
+ */
 const MIN_CASES = 2_000;
 
 const replay = simulationEnvironment();
@@ -46,7 +49,17 @@ describe('the protocol under simulated faults', () => {
       );
       if (report.failure) throw new Error(report.failure);
       if (replay.path !== undefined) return;
-      expect(report.details.numRuns).toBeGreaterThanOrEqual(MIN_CASES);
+      let cases = report.details.numRuns;
+      if (cases < MIN_CASES && replay.numRuns === undefined) {
+        const topUp = await checkSimulation({ numRuns: MIN_CASES - cases, stats: report.stats });
+        console.info(
+          `the machine ran only ${cases} cases in the time limit: ${topUp.details.numRuns} more in ` +
+            `${(topUp.elapsedMs / 1000).toFixed(1)} s (seed ${topUp.details.seed})\n${report.stats}`,
+        );
+        if (topUp.failure) throw new Error(topUp.failure);
+        cases += topUp.details.numRuns;
+      }
+      expect(cases).toBeGreaterThanOrEqual(MIN_CASES);
       // The run reached the states that matter, not only the happy path.
       for (const fact of [
         'a takeover',
@@ -110,7 +123,8 @@ describe('the protocol under simulated faults', () => {
         expect(report.stats.endings.get(ending) ?? 0, ending).toBeGreaterThan(0);
       }
     },
-    timeLimitMs + 35_000,
+    // The time limit, then at worst as long again for a top-up on a busy machine.
+    2 * timeLimitMs + 35_000,
   );
 
   // Finding 1 (docs/simulation.md): the reservation a run met when the same key came twice in its
