@@ -333,8 +333,10 @@ const distinctRecipients = fc
 /**
  * Scenarios of one window: 2 to 5 actors fire it with their own faults, up to 3 redeliveries of its
  * message by the work queue carry faults too, and up to 5 distinct recipients. A third of the
- * windows are split into 2 to 4 shards, whose first 6 deliveries carry faults. `recipients` can be
- * replaced to try other lists (see protocol.simulation.test.ts).
+ * windows are split into 2 to 4 shards, whose first 6 deliveries carry faults. Each process's plan
+ * says when the provider's events about its messages arrive, and three windows in four settle
+ * in-doubt effects with a grace period. `recipients` can be replaced to try other lists (see
+ * protocol.simulation.test.ts).
  */
 export function scenarios(
   recipients: fc.Arbitrary<readonly string[]> = distinctRecipients,

@@ -50,9 +50,9 @@ export interface WordArrival {
 }
 
 /**
- * A message the provider took (`accepted`: it reaches the recipient, SES's Send) or rejected without
- * sending it (`rejected`: SES's Reject or Rendering Failure), tagged with the effect that sent it, as
- * the sender read it from `currentEffect()`.
+ * A message the provider took (`accepted`: SES's Send; it reaches the recipient unless rejected
+ * after) or rejected without sending it (`rejected`: SES's Reject or Rendering Failure), tagged with
+ * the effect that sent it, as the sender read it from `currentEffect()`.
  */
 export interface ProviderMessage {
   readonly id: string;
@@ -81,7 +81,7 @@ export interface ProviderMessage {
 export class MailProvider {
   readonly records: ProviderRecord[] = [];
   readonly messages: ProviderMessage[] = [];
-  /** Sends that carried no effect context, or one naming another epoch or shard than the run's. */
+  /** Sends that carried no effect context, or one naming another key, epoch or shard than the send's. */
   readonly mistagged: string[] = [];
   readonly #delivered = new Map<string, ProviderRecord[]>();
 

@@ -32,6 +32,7 @@ export interface Resends {
   readonly problems: readonly string[];
 }
 
+/** The second emails of one case, by settle: the ones the protocol allows, and the ones it does not. */
 export function resendsOf(result: SimulationResult): Resends {
   const { scenario, watch, provider, actors } = result;
   const allowed = new Map<string, number>();
