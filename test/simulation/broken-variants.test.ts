@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { MemoryBackend } from '../../shared/backends/memory/memory-backend.js';
 import {
   type ConditionalWrite,
+  type EffectItem,
   MemoryTable,
   type SlotItem,
   type WriteResult,
@@ -196,8 +197,9 @@ describe('the simulation catches a broken continuation', () => {
           },
         }),
     });
+    // Or the run writes its checkpoint on from there, past the recipient it skipped.
     expect(failure).toMatch(
-      /had no outcome on record when .* completed (the window|shard \d+)|accounts for \d+ of \d+ recipients/,
+      /had no outcome on record when .* completed (the window|shard \d+)|accounts for \d+ of \d+ recipients|passes r\d@example\.test at position \d+, which has no outcome on record/,
     );
   });
 
@@ -287,6 +289,85 @@ describe('the simulation catches a broken split window', () => {
     );
     expect(failure).toMatch(
       /counts r\d@example\.test (in doubt|failed), whose record is shard \d+'s|reports shard \d+ fenced at epoch \d+, yet no later epoch of it was granted/,
+    );
+  });
+});
+
+describe('the simulation catches a broken resolution of the provider’s word', () => {
+  it('catches a second email when the resolver re-sends an effect with no word inside its grace period', async () => {
+    // The job re-sends what has no word, but its resolver does not wait for the grace period.
+    const failure = await counterexample({
+      runOptions: (options) =>
+        options.inDoubtResolution?.afterGrace === 'resend'
+          ? { ...options, inDoubtResolution: { ...options.inDoubtResolution, graceMs: 0 } }
+          : options,
+    });
+    expect(failure).toMatch(
+      /made it due again with no word \d+ ms before its grace period|before the grace period of \d+ ms ended/,
+    );
+  });
+
+  it('catches a done effect revived when the recorder writes the reservation its event names', async () => {
+    // An upsert instead of an update: the event's word lands as a reservation of its epoch,
+    // whatever the record says, so a DONE effect is in doubt again (or, rejected, sent again).
+    const failure = await counterexample({
+      backend: (backend) =>
+        backendWith(backend, {
+          ledger: {
+            recordProviderWord: async (slot, keyHash, word) => {
+              const window = { jobId: slot.jobId, window: slot.window };
+              backend.table.updateEffect(keyHash, {
+                operation: 'recordProviderWord',
+                slot: window,
+                issuedAt: backend.table.version,
+                write: (item) =>
+                  item && { ...item, state: EffectState.Reserved, epoch: word.epoch, provider: word },
+                returnOldOnConflict: true,
+              });
+              return 'recorded';
+            },
+          },
+        }),
+    });
+    expect(failure).toMatch(/was written on its DONE record|changed .*state.*: DONE → RESERVED/);
+  });
+
+  it('catches a settle that does not check the reservation its resolver read is still there', async () => {
+    // An update with no condition: a resolver whose read went stale (the frozen sender marked it
+    // done, or recorded its refusal, since) settles whatever the record has become.
+    const failure = await counterexample({
+      table: () =>
+        new (class extends MemoryTable {
+          override updateEffect(
+            keyHash: string,
+            write: ConditionalWrite<EffectItem>,
+          ): WriteResult<EffectItem> {
+            const { condition: _ignored, ...unconditional } = write;
+            return super.updateEffect(keyHash, write.operation === 'settleInDoubt' ? unconditional : write);
+          }
+        })(),
+    });
+    expect(failure).toMatch(
+      /replaced (DONE|FAILED|RESERVED) of epoch \d+, not the reservation of epoch \d+ its resolver read/,
+    );
+  });
+
+  it('catches resolutions left uncounted when the ledger answers a settle it made as not made', async () => {
+    // The adapter misreads the store's reply: every settle looks lost to another resolver, so the
+    // run counts no resolution and logs none.
+    const failure = await counterexample({
+      backend: (backend) =>
+        backendWith(backend, {
+          ledger: {
+            settleInDoubt: async (...args) => {
+              await backend.ledger.settleInDoubt(...args);
+              return false;
+            },
+          },
+        }),
+    });
+    expect(failure).toMatch(
+      /ledger answered 0 settles as made, but the store committed [1-9]\d* whose reply it heard/,
     );
   });
 });

@@ -9,6 +9,14 @@ import type { SimActor } from './sim-actor.js';
 import { describeResult } from './sim-actor.js';
 import { FINAL_DELIVERIES, type SimulationResult } from './simulation.js';
 import { isTerminal, ownsRecipient, runSlots, SLOT, slotLabel, slotOf } from './store-watch.js';
+import {
+  doneOnSendRejectedAfter,
+  type Resends,
+  resendsOf,
+  resolutionProblems,
+  wordFacts,
+  wordProblems,
+} from './word-invariants.js';
 
 /** How a slot ended, after the final phase. */
 type SlotEnding =
@@ -37,7 +45,8 @@ const LISTED_KEYS = 50;
 /**
  * Judges one simulated window against the protocol's invariants:
  *
- * 1. each effect runs at most once: no recipient was delivered more than once, across all actors;
+ * 1. each effect runs at most once: no recipient was delivered more than once, across all actors,
+ *    but for the second emails the resend policy makes (invariant 10, resendsOf);
  * 2. every recipient has exactly one outcome, and the window's summary says which: counted from the
  *    ledger its completing run read, done + in doubt + failed is every distinct recipient, each key
  *    listed once; a DONE record was delivered exactly once, a FAILED one never; whoever got nothing
@@ -61,17 +70,27 @@ const LISTED_KEYS = 50;
  *    recorded as such, with one summary that is the whole ledger (done + in doubt + failed is every
  *    recipient, runs the shards' epochs) or STUCK naming a shard that is; a shard splitting by key
  *    hash performs only keys that hash to it, and one whose source splits itself only its range; no
- *    run reports fenced unless a later epoch of its own slot was granted.
+ *    run reports fenced unless a later epoch of its own slot was granted;
+ * 10. the provider's word: each message names the effect that sent it; a recorded word changes
+ *    nothing but the word, only on a record of its epoch that is not DONE, never a rejection over
+ *    an acceptance; a settle of an in-doubt effect replaces only the exact reservation its resolver
+ *    read, settles done only on an accepted word of that reservation's epoch and a message the
+ *    provider took, and makes it due again only on a rejection or, when the job re-sends, with no
+ *    word once the grace period is over; a second email only under 'resend', for a word lost or
+ *    later than the grace period (resendsOf); a rejected message whose word was on record is sent
+ *    again, unless its window was over first; a completed slot reports in doubt exactly what no
+ *    word and no grace period could settle; and each run counts the settles it made.
  */
 export function judge(result: SimulationResult): Verdict {
   const { scenario, table, provider, actors, watch } = result;
   const violations: string[] = [];
   const recipients = [...new Set(scenario.recipients)];
+  const resends = resendsOf(result);
 
   // 1
   for (const to of recipients) {
     const deliveries = provider.deliveriesTo(to);
-    if (deliveries.length > 1) {
+    if (deliveries.length > 1 + (resends.allowed.get(to) ?? 0)) {
       violations.push(
         `${to} was delivered ${deliveries.length} times, by ${deliveries.map((d) => `${d.actor} (epoch ${d.epoch})`).join(', ')}`,
       );
@@ -121,10 +140,11 @@ export function judge(result: SimulationResult): Verdict {
 
   violations.push(
     ...runProblems(result),
-    ...ledgerProblems(result),
+    ...ledgerProblems(result, resends),
     ...retryProblems(result),
     ...fencedProblems(result),
     ...shardProblems(result),
+    ...wordProblems(result, resends),
   );
 
   // 8
@@ -143,7 +163,11 @@ export function judge(result: SimulationResult): Verdict {
   const judged = scenario.shards > 1 ? splitWindowEnding(result) : slotEnding(result, SLOT);
   violations.push(...judged.problems);
 
-  return { violations, ending: judged.ending, facts: facts(result, record) };
+  return {
+    violations,
+    ending: judged.ending,
+    facts: { ...facts(result, record), ...wordFacts(result, resends) },
+  };
 }
 
 /** Invariants 2 and 8 for one slot a run walks: the window, or one of its shards. */
@@ -363,10 +387,15 @@ function accountingProblems(
     if (
       provider.deliveriesTo(to).length === 0 &&
       !inDoubtKeys.includes(keyHash) &&
-      !failedKeys.includes(keyHash)
+      !failedKeys.includes(keyHash) &&
+      !doneOnSendRejectedAfter(result, keyHash, item)
     ) {
       problems.push(`${to} got nothing, yet the summary of ${label} reports it neither in doubt nor failed`);
     }
+  }
+  // A split window's finish reads the ledger its shards settled; it resolves nothing itself.
+  if (splitRuns === undefined) {
+    problems.push(...resolutionProblems(result, slot, completion, record?.completedAt ?? 0, counts));
   }
   const completer = actors.find((a) => a.name === completion.actor);
   const response = completer ? responseOf(completer) : undefined;
@@ -381,17 +410,23 @@ function accountingProblems(
   return problems;
 }
 
-/** Invariant 2 against the ledger as it ends, whatever the ending: DONE was delivered once, FAILED never. */
-function ledgerProblems(result: SimulationResult): string[] {
+/**
+ * Invariant 2 against the ledger as it ends, whatever the ending: DONE was delivered once (or not
+ * at all, when done on the provider's Send of a message it then rejected), FAILED never; beyond
+ * the second emails the resend policy makes (invariant 10).
+ */
+function ledgerProblems(result: SimulationResult, resends: Resends): string[] {
   const { scenario, table, provider, hashKey } = result;
   const problems: string[] = [];
   for (const to of new Set(scenario.recipients)) {
     const item = table.getEffect(SLOT, hashKey(to));
     const delivered = provider.deliveriesTo(to).length;
-    if (item?.state === EffectState.Done && delivered !== 1) {
+    const allowed = resends.allowed.get(to) ?? 0;
+    const atLeast = item && doneOnSendRejectedAfter(result, hashKey(to), item) ? 0 : 1;
+    if (item?.state === EffectState.Done && (delivered < atLeast || delivered > 1 + allowed)) {
       problems.push(`${to} is marked done (epoch ${item.epoch}) but was delivered ${delivered} times`);
     }
-    if (item?.state === EffectState.Failed && delivered !== 0) {
+    if (item?.state === EffectState.Failed && delivered > allowed) {
       problems.push(`${to} is recorded FAILED (epoch ${item.epoch}) but was delivered ${delivered} times`);
     }
   }
@@ -460,9 +495,13 @@ function retryProblems(result: SimulationResult): string[] {
   const problems: string[] = [];
   for (const to of new Set(scenario.recipients)) {
     const attempts = provider.attemptsFor(to);
-    if (attempts > scenario.effectAttempts) {
+    // A settle that makes an in-doubt effect due again (a rejection, or the resend policy) grants
+    // it one attempt more, whatever the retry policy had left: once per rejected reservation.
+    const settledAgain = watch.settles.filter((s) => s.to === 'retry' && s.keyHash === hashKey(to)).length;
+    if (attempts > scenario.effectAttempts + settledAgain) {
       problems.push(
-        `${to} reached the provider ${attempts} times, more than the ${scenario.effectAttempts} attempts the retry policy allows`,
+        `${to} reached the provider ${attempts} times, more than the ${scenario.effectAttempts} attempts the retry policy allows` +
+          (settledAgain > 0 ? ` and the ${settledAgain} its in-doubt settles added` : ''),
       );
     }
     const item = table.getEffect(SLOT, hashKey(to));

@@ -18,6 +18,8 @@ export interface SimulationCheck {
   readonly path?: string;
   /** Stops at the first failing case without shrinking it. @default false, or true with `path` */
   readonly endOnFailure?: boolean;
+  /** Where to gather what the cases came to, to add them to an earlier run's. @default new statistics */
+  readonly stats?: SimulationStats;
 }
 
 /** What one run of the simulation came to. */
@@ -47,7 +49,7 @@ export class InvariantViolation extends Error {
 
 /** Runs the simulation property with fast-check and gathers what the cases came to. */
 export async function checkSimulation(check: SimulationCheck): Promise<SimulationReport> {
-  const stats = new SimulationStats();
+  const stats = check.stats ?? new SimulationStats();
   const property = fc.asyncProperty(
     check.scenarios ?? scenarios(),
     fc.scheduler(),

@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+import type { AfterGrace } from '../../shared/job/in-doubt-resolution.js';
 import type { RunOptions } from '../../shared/job/run-slot.js';
 
 /** The window every actor fires for. */
@@ -48,8 +49,16 @@ export function runOptions(scenario: Scenario): RunOptions {
     },
     failureStreakLimit: scenario.failureStreakLimit,
     shards: scenario.shards,
+    ...(scenario.resolution ? { inDoubtResolution: scenario.resolution } : {}),
   };
 }
+
+/** The grace period the scenario's runs wait for the provider's word (the runtime's default: none). */
+export const graceOf = (scenario: Pick<Scenario, 'resolution'>) => scenario.resolution?.graceMs ?? 0;
+
+/** What the runs do with an in-doubt effect still without a word after the grace period (the runtime's default: report it). */
+export const afterGraceOf = (scenario: Pick<Scenario, 'resolution'>): AfterGrace =>
+  scenario.resolution?.afterGrace ?? 'report';
 
 /** The window's deadline, as the first claim stores it: the scheduled time plus the scenario's deadline. */
 export const deadlineOf = (scenario: Scenario) => Date.parse(WINDOW) + scenario.deadlineMs;
@@ -73,7 +82,37 @@ export type SendFate =
   /** Delivered, then the reply times out: in doubt, and delivered. */
   | 'timeout-after-delivery'
   /** Never reached the provider, and the client times out: in doubt, and not delivered. */
-  | 'timeout-before-delivery';
+  | 'timeout-before-delivery'
+  /**
+   * Reached the provider, which rejected the message without sending it (SES: Reject, Rendering
+   * Failure), and the reply times out: in doubt, not delivered, and the provider's word says so.
+   */
+  | 'timeout-after-rejection';
+
+/**
+ * When one of a message's events reaches the recorder (`EffectLedger.recordProviderWord`): this
+ * long after the send, or after the send's grace period ended (`grace`: a word late by the job's
+ * own measure).
+ */
+export interface WordDelivery {
+  readonly after: 'send' | 'grace';
+  readonly ms: number;
+}
+
+/**
+ * What becomes of the provider's events about one message the provider took or rejected: each
+ * delivery list is empty (the event is lost), one time, or two (delivered twice).
+ */
+export interface WordPlan {
+  /** The message's first event: Send when the provider took it, Reject when it did not. */
+  readonly first: readonly WordDelivery[];
+  /**
+   * A message the provider took and then rejected all the same (SES: a Send, then a Reject for a
+   * virus; it never reaches the recipient): that Reject's deliveries. Absent: the provider keeps
+   * what it took.
+   */
+  readonly rejectedAfter: readonly WordDelivery[] | undefined;
+}
 
 /** Where, around one of an actor's awaited operations (a store request or a send), something happens to it. */
 export type Phase =
@@ -96,6 +135,8 @@ export interface ProcessPlan {
   readonly requests: readonly AttemptFate[];
   /** Fates of its sends, in order; then all ok. */
   readonly sends: readonly SendFate[];
+  /** What becomes of the provider's events about its sends, in order; then each arrives once, promptly. */
+  readonly words: readonly WordPlan[];
   /**
    * The job's own code throws (a bug, a dependency down) before its walk or after it: the run
    * fails, counting toward maxAttempts. Absent: it does not.
@@ -171,6 +212,11 @@ export interface Scenario {
    * wait for the final, healthy phase. Unused when the window is not split.
    */
   readonly shardDeliveries: readonly ContinuationPlan[];
+  /**
+   * How the runs settle effects in doubt from the provider's word (RunOptions.inDoubtResolution).
+   * Absent: the runtime's default (no grace period, report what has no word).
+   */
+  readonly resolution: { readonly graceMs: number; readonly afterGrace: AfterGrace } | undefined;
 }
 
 /**
@@ -201,6 +247,7 @@ const sendFate = fc.oneof(
   { weight: 3, arbitrary: fc.constant<SendFate>('refused') },
   { weight: 2, arbitrary: fc.constant<SendFate>('timeout-after-delivery') },
   { weight: 1, arbitrary: fc.constant<SendFate>('timeout-before-delivery') },
+  { weight: 1, arbitrary: fc.constant<SendFate>('timeout-after-rejection') },
 );
 
 const phase = fc.constantFrom<Phase>('before', 'after');
@@ -213,6 +260,29 @@ function sometimes<T>(arbitrary: fc.Arbitrary<T>, percent: number): fc.Arbitrary
   );
 }
 const steps = (max: number, stepMs: number) => fc.integer({ min: 0, max }).map((n) => n * stepMs);
+
+/**
+ * When an event reaches the recorder: promptly (before its sender has even marked the effect done,
+ * or died), a few leases later (while a later run takes the window over and resolves it), or only
+ * after the grace period (late, by the job's own measure).
+ */
+const wordDelivery = fc.oneof(
+  { weight: 4, arbitrary: steps(4, 250).map((ms): WordDelivery => ({ after: 'send', ms })) },
+  { weight: 3, arbitrary: steps(36, 500).map((ms): WordDelivery => ({ after: 'send', ms: ms + 2_000 })) },
+  { weight: 2, arbitrary: steps(30, 1_000).map((ms): WordDelivery => ({ after: 'grace', ms })) },
+);
+
+/** One event's deliveries: lost, once, or twice (at-least-once delivery). */
+const wordDeliveries = fc.oneof(
+  { weight: 2, arbitrary: fc.constant<WordDelivery[]>([]) },
+  { weight: 7, arbitrary: wordDelivery.map((d) => [d]) },
+  { weight: 2, arbitrary: fc.tuple(wordDelivery, wordDelivery) },
+);
+
+const wordPlan: fc.Arbitrary<WordPlan> = fc.record({
+  first: wordDeliveries,
+  rejectedAfter: sometimes(wordDeliveries, 4),
+});
 
 const processPlan = {
   // Up to two seconds either way: within the lease's safety margin (1 s) and beyond it.
@@ -236,6 +306,7 @@ const processPlan = {
     { weight: 1, arbitrary: attemptFates(60, 40) },
   ),
   sends: fc.array(sendFate, { maxLength: 6 }),
+  words: fc.array(wordPlan, { maxLength: 6 }),
   jobThrows: sometimes(fc.constantFrom<'before' | 'after'>('before', 'after'), 6),
 };
 
@@ -262,8 +333,10 @@ const distinctRecipients = fc
 /**
  * Scenarios of one window: 2 to 5 actors fire it with their own faults, up to 3 redeliveries of its
  * message by the work queue carry faults too, and up to 5 distinct recipients. A third of the
- * windows are split into 2 to 4 shards, whose first 6 deliveries carry faults. `recipients` can be
- * replaced to try other lists (see protocol.simulation.test.ts).
+ * windows are split into 2 to 4 shards, whose first 6 deliveries carry faults. Each process's plan
+ * says when the provider's events about its messages arrive, and three windows in four settle
+ * in-doubt effects with a grace period. `recipients` can be replaced to try other lists (see
+ * protocol.simulation.test.ts).
  */
 export function scenarios(
   recipients: fc.Arbitrary<readonly string[]> = distinctRecipients,
@@ -302,5 +375,15 @@ export function scenarios(
     ),
     split: fc.constantFrom<ShardSplit>('by-key', 'source'),
     shardDeliveries: fc.array(continuationPlan, { maxLength: 6 }),
+    // Most windows settle in-doubt effects from the provider's word with a grace period: none, one
+    // shorter than a lease, one longer than a takeover, or one that outlasts the deadline; then
+    // keep what still has no word in doubt, or send it again. The rest run with the defaults.
+    resolution: sometimes(
+      fc.record({
+        graceMs: fc.constantFrom(0, 4_000, 15_000, 30 * 60_000),
+        afterGrace: fc.constantFrom<AfterGrace>('report', 'resend'),
+      }),
+      75,
+    ),
   });
 }

@@ -1,7 +1,8 @@
 import type { Clock } from '../../shared/clock.js';
 import type { HandlerResponse } from '../../shared/job/lambda-handler.js';
+import type { MetricName } from '../../shared/telemetry/metric-names.js';
 import { ManualClock } from '../helpers/manual-clock.js';
-import type { AttemptFate, ProcessPlan, SendFate } from './scenario.js';
+import type { AttemptFate, ProcessPlan, SendFate, WordPlan } from './scenario.js';
 
 /** What the simulation needs from its world to run an actor. */
 export interface ActorWorld {
@@ -75,12 +76,17 @@ export class SimActor {
   readonly pausedAt: string[] = [];
   /** Shard messages it sent as its window's coordinator. */
   fanOuts = 0;
+  /** What the runtime counted (`JobMetrics.count`), by metric name, flushed or not. */
+  readonly metrics = new Map<MetricName, number>();
+  /** Settles of in-doubt effects its ledger answered as made (`settleInDoubt` returned true). */
+  settlesAnswered = 0;
   /** Called when the process has seen its claim or a renewal commit: the handler's visibility heartbeat. */
   onHeartbeat: (() => void) | undefined;
   readonly #world: ActorWorld;
   #ops = 0;
   #requestFates = 0;
   #sendFates = 0;
+  #wordPlans = 0;
   #resumers: (() => void)[] = [];
   #deferredTimers: (() => void)[] = [];
   /** When each timer the runtime set is due, by this actor's clock, so the world can stop time there. */
@@ -183,6 +189,11 @@ export class SimActor {
 
   nextSendFate(): SendFate {
     return this.plan.sends[this.#sendFates++] ?? 'ok';
+  }
+
+  /** What becomes of the provider's events about its next message; undefined once the plan has none left. */
+  nextWordPlan(): WordPlan | undefined {
+    return this.plan.words[this.#wordPlans++];
   }
 
   /** True while the process can still make progress (running, or paused and due to resume). */

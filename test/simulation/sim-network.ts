@@ -1,11 +1,9 @@
 import type { WriteResult } from '../../shared/backends/memory/memory-table.js';
 import type { MemoryRequest, MemoryTransport } from '../../shared/backends/memory/memory-transport.js';
-import type { EmailMessage, EmailSender } from '../../shared/effects/email-sender.js';
-import { EffectNotPerformedError, NotPerformedReason } from '../../shared/errors.js';
-import { CLIENT_ATTEMPTS, type SendFate, SLOW_MS } from './scenario.js';
+import { CLIENT_ATTEMPTS, SLOW_MS } from './scenario.js';
 import type { SimActor } from './sim-actor.js';
 
-/** The world as the network and the mail provider see it. */
+/** The world as the network sees it. */
 export interface NetworkWorld {
   /** One step the scheduler orders against every other: resolves when fast-check picks it. */
   step(label: string): Promise<void>;
@@ -18,8 +16,8 @@ export interface NetworkWorld {
   readonly faults: FaultCounts;
   /** A request was applied to the table, by `actor`, with this reply: the store's observer looks at it. */
   applied(actor: SimActor, request: MemoryRequest, reply: unknown): void;
-  /** True when the provider refuses `to` on every attempt (a suppressed address), whoever sends. */
-  alwaysRefuses(to: string): boolean;
+  /** A client handed its caller this reply to `request`: what the caller heard. */
+  replied(request: MemoryRequest, reply: unknown): void;
 }
 
 /** Faults that struck in one case, for the run's statistics. */
@@ -90,100 +88,13 @@ export class SimulatedNetwork implements MemoryTransport {
       if ((request.operation === 'claim' || request.operation === 'renew') && isCommitted(reply)) {
         actor.onHeartbeat?.();
       }
+      this.#world.replied(request, reply);
       return reply;
     }
     if (!landed) op.landed();
     this.#world.faults.exhausted++;
     await actor.proceed();
     throw new SimulatedClientError(`no reply to ${label} after ${CLIENT_ATTEMPTS} attempts`);
-  }
-}
-
-/** One send as the provider saw it. */
-export interface ProviderRecord {
-  readonly to: string;
-  readonly actor: string;
-  readonly epoch: number | undefined;
-  /** `rejected`: an address the provider refuses every time; `cancelled`: never reached the provider. */
-  readonly fate: SendFate | 'rejected' | 'cancelled';
-  readonly delivered: boolean;
-}
-
-/** The mail provider every actor sends through: it counts what reached each recipient. */
-export class MailProvider {
-  readonly records: ProviderRecord[] = [];
-  readonly #delivered = new Map<string, ProviderRecord[]>();
-
-  record(entry: ProviderRecord): void {
-    this.records.push(entry);
-    if (!entry.delivered) return;
-    const list = this.#delivered.get(entry.to) ?? [];
-    list.push(entry);
-    this.#delivered.set(entry.to, list);
-  }
-
-  /** The deliveries that reached `to`. */
-  deliveriesTo(to: string): readonly ProviderRecord[] {
-    return this.#delivered.get(to) ?? [];
-  }
-
-  /** The sends for `to` that reached the provider, refused or not: attempts, as the retry policy counts them. */
-  attemptsFor(to: string): number {
-    return this.records.filter((r) => r.to === to && r.fate !== 'cancelled').length;
-  }
-}
-
-/**
- * One actor's email sender. A send is one step; what the provider does comes from the actor's plan,
- * except for an address the provider refuses every time. A send that "crashes" after the provider
- * accepted it still counts as delivered. Like a sender should, it refuses to start a send once the
- * lease's signal has fired, saying it cancelled (nothing attempted), and never cancels one in flight.
- */
-export class SimulatedSender implements EmailSender {
-  readonly #actor: SimActor;
-  readonly #world: NetworkWorld;
-  readonly #provider: MailProvider;
-
-  constructor(actor: SimActor, world: NetworkWorld, provider: MailProvider) {
-    this.#actor = actor;
-    this.#world = world;
-    this.#provider = provider;
-  }
-
-  async send(message: EmailMessage, options: { signal?: AbortSignal } = {}): Promise<void> {
-    const actor = this.#actor;
-    const op = actor.beginOp(`send ${message.to}`);
-    await op.issue();
-    if (options.signal?.aborted) {
-      this.#provider.record({
-        to: message.to,
-        actor: actor.name,
-        epoch: actor.epoch,
-        fate: 'cancelled',
-        delivered: false,
-      });
-      throw new EffectNotPerformedError('the lease was lost before the send started; nothing was sent', {
-        reason: NotPerformedReason.Cancelled,
-      });
-    }
-    const fate = this.#world.alwaysRefuses(message.to) ? 'rejected' : actor.nextSendFate();
-    await this.#world.step(`${actor.name} send ${message.to}${fate === 'ok' ? '' : ` (${fate})`}`);
-    const delivered = fate === 'ok' || fate === 'timeout-after-delivery';
-    this.#provider.record({ to: message.to, actor: actor.name, epoch: actor.epoch, fate, delivered });
-    this.#world.note(actor.name, `send ${message.to}: ${fate}${delivered ? ', delivered' : ''}`);
-    op.landed();
-    await actor.proceed();
-    if (fate === 'refused') {
-      throw new EffectNotPerformedError('the provider throttled the message; nothing was sent', {
-        reason: NotPerformedReason.Throttled,
-      });
-    }
-    if (fate === 'rejected') {
-      throw new EffectNotPerformedError('the provider rejected the address; nothing was sent', {
-        reason: NotPerformedReason.Rejected,
-      });
-    }
-    if (fate !== 'ok') throw new Error(`timed out waiting for the provider (${fate})`);
   }
 }
 

@@ -6,7 +6,7 @@ import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { resumableSource } from '../../shared/effects/resumable-source.js';
 import { defineJob } from '../../shared/job/job-definition.js';
 import { createJobHandler } from '../../shared/job/lambda-handler.js';
-import type { SlotBackend } from '../../shared/job/run-slot.js';
+import type { RunOptions, SlotBackend } from '../../shared/job/run-slot.js';
 import type { Log } from '../../shared/telemetry/log.js';
 import type { JobMetrics } from '../../shared/telemetry/metrics.js';
 import { schedulerEvent, TEST_SECRET } from '../helpers/harness.js';
@@ -14,6 +14,7 @@ import { settle } from '../helpers/manual-clock.js';
 import {
   type ActorPlan,
   type ContinuationPlan,
+  graceOf,
   JOB_ID,
   LEASE_MS,
   type ProcessPlan,
@@ -22,17 +23,20 @@ import {
   START,
   shardRange,
   WINDOW,
+  type WordPlan,
 } from './scenario.js';
 import { type ActorRole, SimActor } from './sim-actor.js';
+import { type FaultCounts, type NetworkWorld, SimulatedNetwork } from './sim-network.js';
 import {
-  type FaultCounts,
   MailProvider,
-  type NetworkWorld,
-  SimulatedNetwork,
+  type ProviderMessage,
+  ProviderRecorder,
+  type ProviderWorld,
   SimulatedSender,
-} from './sim-network.js';
+} from './sim-provider.js';
 import { type QueueMessage, type QueueWorld, type Receipt, SimWorkQueue } from './sim-work-queue.js';
 import { indexOfPosition, positionOf, StoreWatch } from './store-watch.js';
+import { backendWith } from './wrapped-backend.js';
 
 /**
  * A deliberately broken piece of the world, to prove the invariants catch what they guard against.
@@ -41,8 +45,10 @@ import { indexOfPosition, positionOf, StoreWatch } from './store-watch.js';
 export interface WorldVariant {
   /** Builds the shared table. @default a MemoryTable */
   readonly table?: () => MemoryTable;
-  /** Wraps each actor's backend. @default the memory backend as it is */
+  /** Wraps each actor's backend, and the provider recorder's. @default the memory backend as it is */
   readonly backend?: (backend: MemoryBackend) => SlotBackend;
+  /** Changes the run options every actor runs with. @default the scenario's */
+  readonly runOptions?: (options: RunOptions) => RunOptions;
 }
 
 /** Everything a finished simulation left behind, for the invariants to judge. */
@@ -66,6 +72,8 @@ export interface SimulationResult {
   readonly finalDeliveriesExhausted: boolean;
   /** Set when simulated time ran past the limit without the world settling. */
   readonly stuck: boolean;
+  /** How often the runtime logged each message, across all actors. */
+  readonly logged: ReadonlyMap<string, number>;
 }
 
 /** Past this much simulated time a world that has not settled is stuck: a liveness failure. */
@@ -92,10 +100,32 @@ const HEALTHY: ProcessPlan = {
   pause: undefined,
   requests: [],
   sends: [],
+  words: [],
   jobThrows: undefined,
 };
 
-const silentMetrics: JobMetrics = { count() {}, flush: async () => {} };
+/** Metrics that keep the process's counts on the actor, for invariant 10; nothing is published. */
+function actorMetrics(actor: SimActor): JobMetrics {
+  return {
+    count(name, value = 1) {
+      actor.metrics.set(name, (actor.metrics.get(name) ?? 0) + value);
+    },
+    flush: async () => {},
+  };
+}
+
+/** The ports a run sees, counting on the actor the settles its ledger answers as made. */
+function observingSettles(backend: SlotBackend, actor: SimActor): SlotBackend {
+  return backendWith(backend, {
+    ledger: {
+      settleInDoubt: async (...args) => {
+        const settled = await backend.ledger.settleInDoubt(...args);
+        if (settled) actor.settlesAnswered++;
+        return settled;
+      },
+    },
+  });
+}
 
 /**
  * Runs one scenario: its actors fire the window through the real handler (createJobHandler →
@@ -143,10 +173,12 @@ interface WorldEvent {
   readonly fn: () => void;
 }
 
-class World implements NetworkWorld, QueueWorld {
+class World implements NetworkWorld, QueueWorld, ProviderWorld {
   now = 0;
   readonly trace = new Trace();
   readonly provider = new MailProvider();
+  readonly recorder: ProviderRecorder;
+  readonly logged = new Map<string, number>();
   readonly faults: FaultCounts = { throttled: 0, lostReplies: 0, slow: 0, exhausted: 0 };
   readonly table: MemoryTable;
   readonly watch: StoreWatch;
@@ -166,6 +198,8 @@ class World implements NetworkWorld, QueueWorld {
   #final = false;
   #finalPhaseAt = 0;
   #finalDeliveriesExhausted = false;
+  /** Set once the window is over: the provider's events still on their way arrive then. */
+  #drainingWords = false;
   #continuationPlans: ContinuationPlan[];
   #shardPlans: ContinuationPlan[];
   readonly #engine = { duplicates: 0, deferred: 0 };
@@ -177,6 +211,12 @@ class World implements NetworkWorld, QueueWorld {
     this.table = variant.table?.() ?? new MemoryTable();
     this.watch = new StoreWatch(this.table, scenario, this.#hashKey);
     this.queue = new SimWorkQueue(this, scenario.deadlineMs);
+    this.recorder = new ProviderRecorder(this, this.table, {
+      hashKey: this.#hashKey,
+      returnOldOnConflict: scenario.returnOldOnConflict,
+      wrap: (backend) => variant.backend?.(backend) ?? backend,
+      observe: (keyHash, word, before, after) => this.watch.recorded(keyHash, word, before, after),
+    });
     this.#continuationPlans = [...scenario.continuations];
     this.#shardPlans = [...scenario.shardDeliveries];
     for (const recipient of scenario.recipients) this.#recipients.set(this.#hashKey(recipient), recipient);
@@ -197,6 +237,10 @@ class World implements NetworkWorld, QueueWorld {
     this.note('world', 'final phase: healthy deliveries of what is left on the queue');
     for (const message of this.queue.queued) if (message.deferred) this.redeliver(message);
     await this.#drive();
+    // The provider's events still on their way (late, or about effects settled long ago) arrive
+    // after the window is over; what the ledger makes of them is judged with the rest.
+    this.#drainingWords = true;
+    await this.#drive();
     return {
       scenario: this.#scenario,
       table: this.table,
@@ -211,6 +255,7 @@ class World implements NetworkWorld, QueueWorld {
       finalPhaseAt: this.#finalPhaseAt,
       finalDeliveriesExhausted: this.#finalDeliveriesExhausted,
       stuck: this.#stuck,
+      logged: this.logged,
     };
   }
 
@@ -236,12 +281,36 @@ class World implements NetworkWorld, QueueWorld {
     this.watch.applied(actor, request, reply, this.now);
   }
 
-  alwaysRefuses(to: string): boolean {
-    return this.#alwaysRefused.has(to);
+  replied(request: MemoryRequest, reply: unknown): void {
+    this.watch.replied(request, reply);
   }
 
   at(at: number, fn: () => void, options: { wakes?: boolean | (() => boolean) } = {}): void {
     this.#events.push({ at, seq: this.#seq++, wakes: options.wakes ?? true, fn });
+  }
+
+  // ProviderWorld
+
+  alwaysRefuses(to: string): boolean {
+    return this.#alwaysRefused.has(to);
+  }
+
+  /**
+   * Sets out each delivery of the message's events to the recorder: its first (Send, or Reject for
+   * a message not taken) and, for a message taken then rejected, the Reject too, each as its plan
+   * times it. An event's arrival does not by itself keep the world going: one due after everything
+   * else has stopped arrives once the window is over.
+   */
+  providerSpoke(message: ProviderMessage, plan: WordPlan): void {
+    const grace = graceOf(this.#scenario);
+    const setOut = (event: 'Send' | 'Reject', deliveries: WordPlan['first']) => {
+      for (const delivery of deliveries) {
+        const at = this.now + delivery.ms + (delivery.after === 'grace' ? grace : 0);
+        this.at(at, () => void this.recorder.deliver(message, event), { wakes: () => this.#drainingWords });
+      }
+    };
+    setOut(message.outcome === 'accepted' ? 'Send' : 'Reject', plan.first);
+    if (message.rejectedAfterTaking) setOut('Reject', plan.rejectedAfter ?? []);
   }
 
   // QueueWorld
@@ -346,11 +415,11 @@ class World implements NetworkWorld, QueueWorld {
       },
     });
     const handler = createJobHandler(job, {
-      backend: this.#variant.backend?.(backend) ?? backend,
-      metrics: () => silentMetrics,
+      backend: observingSettles(this.#variant.backend?.(backend) ?? backend, actor),
+      metrics: () => actorMetrics(actor),
       log: this.#log(actor),
       clock: actor.runtimeClock,
-      options: runOptions(this.#scenario),
+      options: this.#variant.runOptions?.(runOptions(this.#scenario)) ?? runOptions(this.#scenario),
       workQueue: this.queue.forReceipt(receipt, actor),
     });
     const deadline = plan.timeoutMs === undefined ? undefined : actor.clock.now() + plan.timeoutMs;
@@ -499,8 +568,10 @@ class World implements NetworkWorld, QueueWorld {
   #log(actor: SimActor): Log {
     const line =
       (level: string) =>
-      (message: string, fields: Record<string, unknown> = {}) =>
+      (message: string, fields: Record<string, unknown> = {}) => {
+        this.logged.set(message, (this.logged.get(message) ?? 0) + 1);
         this.note(actor.name, () => `${level} ${message} ${compact(fields)}`);
+      };
     return { info: line('info'), warn: line('warn'), error: line('error') };
   }
 }

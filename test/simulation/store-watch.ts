@@ -2,10 +2,10 @@ import type { EffectItem, MemoryTable, SlotItem } from '../../shared/backends/me
 import type { MemoryRequest } from '../../shared/backends/memory/memory-transport.js';
 import type { EffectKeyHasher } from '../../shared/effects/effect-key.js';
 import { shardOfKeyHash } from '../../shared/effects/resumable-source.js';
-import type { Checkpoint } from '../../shared/slot/ports.js';
+import type { Checkpoint, ProviderWord } from '../../shared/slot/ports.js';
 import { EffectState, SlotState } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
-import { JOB_ID, type Scenario, shardRange, WINDOW } from './scenario.js';
+import { afterGraceOf, graceOf, JOB_ID, type Scenario, shardRange, WINDOW } from './scenario.js';
 import type { ActorRole, SimActor } from './sim-actor.js';
 import { isCommitted } from './sim-network.js';
 
@@ -91,8 +91,33 @@ export interface ObservedCompletion {
   readonly at: number;
   /** The completing process's clock when its tally read the ledger. */
   readonly listedAt: number | undefined;
+  /** The table's version when its tally read the ledger: it saw every write up to it. */
+  readonly listedVersion: number | undefined;
   /** The ledger as the completing run's tally read it; undefined if it never listed it. */
   readonly ledger: ReadonlyMap<string, EffectItem> | undefined;
+}
+
+/**
+ * A settle of an in-doubt effect (`settleInDoubt`) the store applied, with the record as the
+ * settling run's resolver read it (its last list of the ledger) and as the settle found it.
+ */
+export interface ObservedSettle {
+  readonly actor: string;
+  readonly keyHash: string;
+  readonly committed: boolean;
+  /** What the committed settle made of it: done, or due for a retry (FAILED). */
+  readonly to: 'done' | 'retry' | undefined;
+  /** The record as the resolver read it. */
+  readonly read: EffectItem | undefined;
+  /** The record the settle replaced (committed), or found (not committed, when the store says). */
+  readonly found: EffectItem | undefined;
+  /** True time it applied. */
+  readonly at: number;
+  /**
+   * The settling run's client handed it this committed reply. False for a settle whose reply was
+   * lost (the client's retry met the record already settled, and said so) or whose run died first.
+   */
+  heard: boolean;
 }
 
 /** Counts of what the store saw, for the run's statistics. */
@@ -132,6 +157,12 @@ export class StoreWatch {
   readonly releases: ObservedRelease[] = [];
   /** Every attempt to finish a split window (finishSharded), committed or not, in order. */
   readonly finishAttempts: { readonly actor: string; readonly committed: boolean }[] = [];
+  /** Every settle of an in-doubt effect, committed or not, in order. */
+  readonly settles: ObservedSettle[] = [];
+  /** The committed settle each settle request made, until its caller hears the reply. */
+  readonly #committedSettles = new Map<MemoryRequest, ObservedSettle>();
+  /** Every read of a whole ledger (a tally, before a resolution or a retry pass): who, and the true time. */
+  readonly ledgerReads: { readonly actor: string; readonly at: number }[] = [];
   readonly counts: StoreCounts = {
     takeovers: 0,
     resumes: 0,
@@ -147,15 +178,18 @@ export class StoreWatch {
     keysMetByAnotherShard: 0,
   };
   readonly #table: MemoryTable;
-  readonly #scenario: Pick<Scenario, 'recipients' | 'shards' | 'split'>;
+  readonly #scenario: Pick<Scenario, 'recipients' | 'shards' | 'split' | 'resolution'>;
   readonly #hashKey: EffectKeyHasher;
-  readonly #lists = new Map<string, { readonly at: number; readonly ledger: Map<string, EffectItem> }>();
+  readonly #lists = new Map<
+    string,
+    { readonly at: number; readonly version: number; readonly ledger: Map<string, EffectItem> }
+  >();
   readonly #completions = new Map<string, ObservedCompletion>();
   readonly #checkedCheckpoints = new Map<string, string>();
 
   constructor(
     table: MemoryTable,
-    scenario: Pick<Scenario, 'recipients' | 'shards' | 'split'>,
+    scenario: Pick<Scenario, 'recipients' | 'shards' | 'split' | 'resolution'>,
     hashKey: EffectKeyHasher,
   ) {
     this.#table = table;
@@ -169,14 +203,25 @@ export class StoreWatch {
   }
 
   /** `actor`'s request was applied to the table at true time `now`, with `reply`. */
+  /** A reply the client handed its caller: a committed settle's is heard. */
+  replied(request: MemoryRequest, reply: unknown): void {
+    const settle = this.#committedSettles.get(request);
+    if (settle && isCommitted(reply)) settle.heard = true;
+  }
+
   applied(actor: SimActor, request: MemoryRequest, reply: unknown, now: number): void {
     if (request.keyHash !== undefined && isCommitted(reply)) this.#effectWritten(actor, request, reply.old);
     switch (request.operation) {
       case 'list':
         this.#lists.set(actor.name, {
           at: actor.clock.now(),
+          version: this.#table.version,
           ledger: new Map(this.#table.listEffects(SLOT)),
         });
+        this.ledgerReads.push({ actor: actor.name, at: now });
+        return;
+      case 'settleInDoubt':
+        this.#settled(actor, request, reply, now);
         return;
       case 'reserve': {
         if (isCommitted(reply)) {
@@ -264,6 +309,119 @@ export class StoreWatch {
     }
   }
 
+  /**
+   * Invariant 10 at each settle of an in-doubt effect: it replaces only the exact reservation the
+   * resolver read (RESERVED, its epoch and owner), and does what the resolver's rule says of what it
+   * read: done only on an accepted word of the record's own epoch; due again only on a rejected one
+   * (and no acceptance), or with no word once the grace period is over by the resolver's clock, when
+   * the job re-sends.
+   */
+  #settled(actor: SimActor, request: MemoryRequest, reply: unknown, now: number): void {
+    const keyHash = request.keyHash ?? '';
+    const read = this.#lists.get(actor.name)?.ledger.get(keyHash);
+    const committed = isCommitted(reply);
+    const after = this.#table.getEffect(SLOT, keyHash);
+    const found = committed
+      ? (reply.old as EffectItem | undefined)
+      : (reply as { readonly item?: EffectItem } | undefined)?.item;
+    const to = !committed ? undefined : after?.state === EffectState.Done ? 'done' : 'retry';
+    const settle: ObservedSettle = {
+      actor: actor.name,
+      keyHash,
+      committed,
+      to,
+      read,
+      found,
+      at: now,
+      heard: false,
+    };
+    this.settles.push(settle);
+    if (!committed) return;
+    this.#committedSettles.set(request, settle);
+    const who = `${actor.name}'s settle (${to}) of ${this.#recipientOf(keyHash)}`;
+    if (!read) {
+      this.violations.push(`${who} settled a record its resolver never read`);
+      return;
+    }
+    if (found?.state !== EffectState.Reserved || found.epoch !== read.epoch || found.owner !== read.owner) {
+      this.violations.push(
+        `${who} replaced ${found ? `${found.state} of epoch ${found.epoch}` : 'no record'}, not the reservation of ` +
+          `epoch ${read.epoch} its resolver read: a record that had moved on`,
+      );
+    }
+    const word = read.provider?.epoch === read.epoch ? read.provider : undefined;
+    if (to === 'done') {
+      if (word?.outcome !== 'accepted') {
+        this.violations.push(
+          `${who} settled it done, though the record it read had ${word ? `a ${word.outcome} word (${word.event})` : 'no word of its epoch'}`,
+        );
+      }
+      return;
+    }
+    if (word?.outcome === 'rejected') return;
+    const grace = graceOf(this.#scenario);
+    const retryAt = after?.retryAt ?? Number.NEGATIVE_INFINITY;
+    const graceEndsAt = (read.reservedAt ?? Number.NEGATIVE_INFINITY) + grace;
+    if (word?.outcome === 'accepted') {
+      this.violations.push(
+        `${who} made it due again, though the record it read had an accepted word (${word.event})`,
+      );
+    } else if (afterGraceOf(this.#scenario) !== 'resend') {
+      this.violations.push(
+        `${who} made it due again with no word, though the job keeps such effects in doubt`,
+      );
+    } else if (retryAt < graceEndsAt) {
+      this.violations.push(
+        `${who} made it due again with no word ${graceEndsAt - retryAt} ms before its grace period of ${grace} ms ` +
+          "ended, by the resolver's clock",
+      );
+    }
+  }
+
+  /**
+   * Invariant 10 at each recording of the provider's word that wrote to the table (by the
+   * recorder, `recordProviderWord`): it wrote the word and nothing else, on a record of the word's
+   * epoch that is not DONE (a word never revives a done effect, nor touches another reservation's
+   * record), and never a rejection over an acceptance.
+   */
+  recorded(
+    keyHash: string,
+    word: ProviderWord,
+    before: EffectItem | undefined,
+    after: EffectItem | undefined,
+  ): void {
+    const what = `a ${word.outcome} word (${word.event}) of epoch ${word.epoch} about ${this.#recipientOf(keyHash)}`;
+    if (!before) {
+      this.violations.push(`${what} was written where there was no record`);
+      return;
+    }
+    if (before.state === EffectState.Done) {
+      this.violations.push(`${what} was written on its DONE record (epoch ${before.epoch})`);
+    }
+    if (before.epoch !== word.epoch) {
+      this.violations.push(`${what} was written on the record of epoch ${before.epoch}`);
+    }
+    if (before.provider?.outcome === 'accepted' && word.outcome === 'rejected') {
+      this.violations.push(`${what} replaced the provider's acceptance (${before.provider.event})`);
+    }
+    const changed = [...new Set([...Object.keys(before), ...Object.keys(after ?? {})])].filter(
+      (field) =>
+        field !== 'provider' &&
+        JSON.stringify(before[field as keyof EffectItem]) !==
+          JSON.stringify(after?.[field as keyof EffectItem]),
+    );
+    if (changed.length > 0 || JSON.stringify(after?.provider) !== JSON.stringify(word)) {
+      this.violations.push(
+        `recording ${what} changed ${changed.length > 0 ? changed.join(', ') : 'the word to something else'}: ` +
+          `${before.state} → ${after?.state ?? 'no record'}`,
+      );
+    }
+  }
+
+  #recipientOf(keyHash: string): string {
+    return this.#scenario.recipients.find((to) => this.#hashKey(to) === keyHash) ?? keyHash;
+  }
+
   #reserved(actor: SimActor, request: MemoryRequest, before: EffectItem | undefined): void {
     if (before?.state !== EffectState.Failed) return;
     this.counts.retriedRefusals++;
@@ -327,6 +485,7 @@ export class StoreWatch {
           epoch,
           at: now,
           listedAt: listed?.at,
+          listedVersion: listed?.version,
           ledger: listed?.ledger,
         });
         if (!request.by) this.violations.push(...this.#finishProblems(actor, after));

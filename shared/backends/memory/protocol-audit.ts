@@ -40,7 +40,7 @@ export interface LateReservation {
  * - a slot is completed at most once, and a finished (DONE, PARTIAL) or STUCK slot is never written
  *   again, but by an operator (MemoryOperatorStore), whose reopening lets it be completed once more;
  * - a reservation never replaces one of the same or a later epoch, and a done mark lands only on a
- *   record its own claim reserved.
+ *   record its own claim reserved, or one whose reservation a resolver has since settled.
  *
  * A reservation by an older epoch that reaches an untouched key after a takeover is not a
  * violation: DynamoDB cannot condition a put on another item, so a request in flight when the
@@ -53,7 +53,17 @@ export class ProtocolAudit {
   readonly lateReservations: LateReservation[] = [];
   /** Reservations of an older epoch issued before a later grant and committed after it. */
   inFlightStaleReservations = 0;
+  /**
+   * Done marks that landed after a resolver had settled the reservation they were for
+   * (settleInDoubt): a holder frozen between its send and its mark, whose effect a later epoch
+   * found in doubt. Done marks are unconditional puts (BatchWriteItem), so the mark replaces
+   * whatever the settle led to (DONE, FAILED, or a later epoch's reservation for the retry); the
+   * send it records did happen.
+   */
+  doneMarksAfterSettle = 0;
   readonly #completions = new Map<string, number>();
+  /** The reservations settleInDoubt replaced, as `keyHash epoch owner`. */
+  readonly #settled = new Set<string>();
 
   /** The latest epoch granted for a slot (0 before the first grant). */
   latestEpoch(slot: Slot | string): number {
@@ -117,6 +127,9 @@ export class ProtocolAudit {
     after: EffectItem | undefined,
   ): void {
     const slot = slotName(write.slot);
+    if (write.operation === 'settleInDoubt' && before?.state === EffectState.Reserved) {
+      this.#settled.add(`${keyHash} ${before.epoch} ${before.owner}`);
+    }
     const by = write.by;
     if (!by) return;
     if (write.operation === 'reserve') {
@@ -145,6 +158,10 @@ export class ProtocolAudit {
     }
     if (write.operation === 'markDone' && after?.state === EffectState.Done) {
       if (!before || before.owner !== by.owner || before.epoch !== by.epoch) {
+        if (this.#settled.has(`${keyHash} ${by.epoch} ${by.owner}`)) {
+          this.doneMarksAfterSettle++;
+          return;
+        }
         const found = before ? `${before.state} by epoch ${before.epoch}` : 'no record';
         this.violations.push(
           `done mark of ${keyHash} by epoch ${by.epoch} landed on ${found} on slot ${slot}: ` +
