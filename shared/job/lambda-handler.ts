@@ -153,7 +153,7 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps): JobH
         log: deps.log,
         slot: parsed.slot,
         ...(parsed.shard ? { shard: parsed.shard } : {}),
-        ...(deps.workQueue ? { fanOut: fanOutTo(deps.workQueue, event) } : {}),
+        ...(deps.workQueue ? { fanOut: fanOutTo(deps.workQueue, event, parsed.slot.window) } : {}),
         // A redelivery of the schedule's message is the engine continuing the window, not a second
         // fire: it must not count as a DuplicateClaim when it finds the slot held or done.
         delivery: hooks.redelivered ? { ...parsed.delivery, continuation: true } : parsed.delivery,
@@ -171,22 +171,35 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps): JobH
 
   /**
    * The coordinator's fan-out: the window's event once per shard, naming the shard and what the
-   * window pinned. Each is a continuation (the engine at work, not a fire of the schedule).
+   * window pinned. Each is a continuation (the engine at work, not a fire of the schedule). A send
+   * that fails says how many went out before it: those shards run, and the window's retry sends
+   * every shard's message again.
    */
-  function fanOutTo(queue: WorkQueue, event: unknown) {
+  function fanOutTo(queue: WorkQueue, event: unknown, window: string) {
     return async (plan: ShardPlan) => {
       const base = typeof event === 'object' && event !== null ? (event as Record<string, unknown>) : {};
-      for (let shard = 0; shard < plan.shards; shard++) {
-        await queue.send(
-          JSON.stringify({
-            ...base,
-            continuation: true,
-            shard,
-            shards: plan.shards,
-            deadline: plan.deadline,
-            ...(plan.keyVersion !== undefined ? { keyVersion: plan.keyVersion } : {}),
-          }),
-          0,
+      let sent = 0;
+      try {
+        for (; sent < plan.shards; sent++) {
+          await queue.send(
+            JSON.stringify({
+              ...base,
+              continuation: true,
+              shard: sent,
+              shards: plan.shards,
+              deadline: plan.deadline,
+              ...(plan.keyVersion !== undefined ? { keyVersion: plan.keyVersion } : {}),
+            }),
+            0,
+          );
+        }
+      } catch (cause) {
+        throw new WorkQueueError(
+          'send',
+          `sent ${sent} of the ${plan.shards} shard messages of window ${window} of job '${job.id}' ` +
+            `(${safeErrorText(cause)}); the window is given back and its message retried, which sends every ` +
+            "shard's message again",
+          { cause },
         );
       }
       deps.log.info('window split: one message per shard sent', { shards: plan.shards });

@@ -238,7 +238,7 @@ export interface RunSlotArgs {
   readonly shard?: ShardAssignment;
   /**
    * Sends one message per shard of a window being split (the work queue). Required for a job with
-   * more than one shard.
+   * more than one shard. If it throws, the window is given back and `runSlot` throws its error.
    */
   readonly fanOut?: (plan: ShardPlan) => Promise<void>;
   readonly delivery: Delivery;
@@ -263,8 +263,8 @@ type ResolvedRunOptions = ReturnType<typeof resolveRunOptions>;
 /**
  * Claims the slot, keeps its lease, runs the job with guarded effects, and then completes the
  * window, releases it for a continuation, or gives up on it (STUCK). Every outcome is a value; it
- * throws only for a configuration that cannot work (before any claim) or a store failure it cannot
- * classify.
+ * throws only for a configuration that cannot work (before any claim), a store failure it cannot
+ * classify, or a split window whose shard messages could not all be sent (after giving it back).
  */
 export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
   // Configuration first: a value that cannot work must never cost a window one of its attempts.
@@ -467,7 +467,10 @@ async function splitWindow(args: RunSlotArgs, claim: Claim, shards: number): Pro
       ...(claim.window.keyVersion !== undefined ? { keyVersion: claim.window.keyVersion } : {}),
     });
   } catch (error) {
-    // Nothing was handed out for sure: give the window back, like a run that made no progress.
+    // Some shards' messages may be out, and those shards run; the window is not SHARDED, so it is
+    // given back, like a run that made no progress, and the run fails: the queue or its grant is
+    // broken, which must count as an error (and back off), not pass as a yield. The retry claims
+    // the window again and sends every shard's message; a shard sent twice still runs once.
     const noProgress = claim.window.runsWithoutProgress + 1;
     await backend.claims.release(claim, { kind: 'yield', runsWithoutProgress: noProgress }, clock.now());
     log.error('could not send the shards of a window; slot released for a retry', {
@@ -475,8 +478,7 @@ async function splitWindow(args: RunSlotArgs, claim: Claim, shards: number): Pro
       shards,
       error: safeErrorText(error),
     });
-    if (error instanceof ConfigurationError) throw error;
-    return { status: 'yielded', epoch: claim.epoch, summary, reason: 'store-error' };
+    throw error;
   }
   const handed = await backend.claims.release(claim, { kind: 'sharded', shards }, clock.now());
   // Still our grant, but no longer RUNNING: our mark landed (its reply was lost) and the shards may

@@ -3,8 +3,8 @@ import type { EmailMessage, EmailSender } from '../effects/email-sender.js';
 /**
  * An EmailSender for tests: keeps every message it sent and counts them per recipient, so a test
  * can assert that nobody got two. Give it a `behaviour` to make sends slow or fail: throw
- * EffectNotPerformedError for a refusal (the effect is reported failed and its reservation freed),
- * anything else for an outcome nobody can know (reported in doubt, never re-sent).
+ * EffectNotPerformedError for a refusal (the effect is recorded FAILED and retried by later runs, up to
+ * its attempts), anything else for an outcome nobody can know (reported in doubt, never re-sent blindly).
  * @example
  * const sender = new RecordingEmailSender();
  * await runJobOnce(weeklyReportJob({ customers, sender }));

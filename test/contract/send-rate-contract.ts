@@ -79,12 +79,6 @@ export function describeSendRateContract(
         until: T0 + spanMs,
       });
       const perSecond = fleet.sends.length / (spanMs / 1000);
-      console.log(
-        'DEBUG',
-        fleet.sends.length,
-        fleet.requests,
-        fleet.limiters.map((l) => l.stats),
-      );
       expect(perSecond).toBeGreaterThanOrEqual(rate * 0.9);
       expect(perSecond).toBeLessThanOrEqual(rate + 1);
       expect(busiestWindow(fleet.sends, 1_000)).toBeLessThanOrEqual(rate + 1);

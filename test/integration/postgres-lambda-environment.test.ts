@@ -25,18 +25,24 @@ const secrets = mockClient(SecretsManagerClient);
 const USER_SECRET_ARN = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:slotguard-user';
 const EFFECT_KEY_SECRET_ARN = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:effect-key';
 
-beforeEach(() => {
+/**
+ * An RDS database secret for the test server. Its host and port are wrong on purpose: behind RDS
+ * Proxy the secret names the cluster, so the runtime must connect where SLOTGUARD_PG_HOST/PORT say.
+ */
+function databaseSecret() {
   const url = new URL(postgres.connectionString);
-  // An RDS database secret. Its host and port are wrong on purpose: behind RDS Proxy the secret
-  // names the cluster, so the runtime must connect where SLOTGUARD_PG_HOST/PORT say.
-  secrets.on(GetSecretValueCommand, { SecretId: USER_SECRET_ARN }).resolves({
+  return {
     SecretString: JSON.stringify({
       host: 'cluster.invalid',
       port: 1,
       username: decodeURIComponent(url.username),
       password: decodeURIComponent(url.password),
     }),
-  });
+  };
+}
+
+beforeEach(() => {
+  secrets.on(GetSecretValueCommand, { SecretId: USER_SECRET_ARN }).resolves(databaseSecret());
   secrets
     .on(GetSecretValueCommand, { SecretId: EFFECT_KEY_SECRET_ARN })
     .resolves({ SecretString: 'a-generated-secret-of-32-characters' });
@@ -200,6 +206,42 @@ describe('a Lambda handler configured for Postgres from the environment Postgres
       `SELECT state, epoch FROM ${schema}.slots`,
     );
     expect(slot).toEqual({ state: 'DONE', epoch: 1 });
+  });
+
+  it('connects on the next invocation of the same container when the database secret could not be read at cold start', async () => {
+    // Secrets Manager timing out once is a fault no test server produces on demand. Before issue 9
+    // the handler kept the rejected backend (`backend ??=`), and every invocation of the warm
+    // container failed with the first one's error.
+    let userSecretReads = 0;
+    secrets.on(GetSecretValueCommand, { SecretId: USER_SECRET_ARN }).callsFake(async () => {
+      userSecretReads++;
+      if (userSecretReads === 1)
+        throw Object.assign(new Error('connect ETIMEDOUT secretsmanager'), { name: 'TimeoutError' });
+      return databaseSecret();
+    });
+    const schema = await postgres.freshSchema('lambda_env');
+    const sender = new CountingSender();
+    const handler = jobHandlerFromEnvironment(job(sender), postgresEnvironment(schema));
+    const scheduledTime = window(4);
+    const slots = () =>
+      postgres.sql<{ state: string; epoch: number }>(`SELECT state, epoch FROM ${schema}.slots`);
+
+    await expect(handler(fire(scheduledTime, '1'))).rejects.toThrow(/ETIMEDOUT/);
+    // It failed building the backend, before any claim: nothing to take over, nothing sent.
+    expect(await slots()).toEqual([]);
+    expect(sender.total).toBe(0);
+    expect(userSecretReads).toBe(1);
+
+    const second = await handler(fire(scheduledTime, '2'));
+
+    expect(second).toMatchObject({ status: 'completed', summary: { done: 25, inDoubt: 0, failed: 0 } });
+    expect(await slots()).toEqual([{ state: 'DONE', epoch: 1 }]);
+    expect(sender.total).toBe(25);
+    expect(sender.duplicates()).toBe(0);
+    // The failed read, then the user and the password of the backend built again; the effect key
+    // is read once, by the invocation that got as far as hashing.
+    expect(userSecretReads).toBe(3);
+    expect(secretReads(EFFECT_KEY_SECRET_ARN)).toBe(1);
   });
 
   it('fails the fire, naming the migration, when the schema was never migrated (the runtime never creates tables)', async () => {

@@ -178,32 +178,49 @@ describe("the README's deployment finishes every window", () => {
     240_000,
   );
 
-  const paymentReminder = (duplicateDeliveries: boolean): Deployment => ({
+  const paymentReminder = (
+    invoices: number,
+    ratePerSecond: number,
+    duplicateDeliveries = false,
+  ): Deployment => ({
     jobId: 'payment-reminder',
     job: (sender) =>
-      paymentReminderJob({ dueInvoices: (window) => syntheticDueInvoices(window, 600), sender }),
+      paymentReminderJob({ dueInvoices: (window) => syntheticDueInvoices(window, invoices), sender }),
     // rate(15 minutes): the next window is 15 minutes away, and so is the deadline.
     window: '2026-11-30T06:15:00Z',
-    ratePerSecond: 1,
+    ratePerSecond,
     deadlineMs: 15 * 60 * SECOND,
     duplicateDeliveries,
   });
 
-  it('sends 600 payment reminders at 1 a second in 3 runs of its 5-minute timeout, inside its 15-minute window', async () => {
-    const run = await deploy(paymentReminder(false));
+  // Ten times the reminders at ten times the rate: each run of the 5-minute timeout sends about 270
+  // seconds' worth, so both need 3 runs, and one run alone would strand more than half the window.
+  it.each([
+    { rate: 1, invoices: 600 },
+    { rate: 10, invoices: 6_000 },
+  ])(
+    'sends $invoices payment reminders at $rate a second in 3 runs of its 5-minute timeout, inside its 15-minute window',
+    async ({ rate, invoices }) => {
+      const run = await deploy(paymentReminder(invoices, rate));
 
-    expect(run.sent).toHaveLength(600);
-    expect(duplicates(run.sent)).toBe(0);
-    expect(run.record).toMatchObject({
-      state: 'DONE',
-      summary: { done: 600, inDoubt: 0, failed: 0, runs: 3 },
-    });
-    expect(run.invocations.map((i) => i.outcome)).toEqual(['returned', 'returned', 'returned']);
-    expect(run.hours * 60).toBeLessThan(15);
-  });
+      expect(run.sent).toHaveLength(invoices);
+      expect(duplicates(run.sent)).toBe(0);
+      expect(run.record).toMatchObject({
+        state: 'DONE',
+        summary: { done: invoices, inDoubt: 0, failed: 0, runs: 3 },
+      });
+      expect(run.invocations.map((i) => i.outcome)).toEqual(['returned', 'returned', 'returned']);
+      expect(run.queue.counts()).toEqual({ visible: 0, invisible: 0, deadLetters: 0 });
+      expect(run.emf.sum('RunYielded')).toBe(2);
+      expect(run.emf.sum('DuplicateClaim')).toBe(0);
+      expect(run.hours * 60).toBeLessThan(15);
+    },
+    // About a minute of real time at 10 a second on dynalite on a shared 2-core machine.
+    240_000,
+  );
 
   it('sends each payment reminder once when SQS delivers every message twice', async () => {
-    const run = await deploy(paymentReminder(true));
+    const run = await deploy(paymentReminder(600, 1, true));
 
     expect(run.sent).toHaveLength(600);
     expect(duplicates(run.sent)).toBe(0);

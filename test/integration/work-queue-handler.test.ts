@@ -234,6 +234,94 @@ describe('a window delivered from the work queue', () => {
   });
 });
 
+describe('a window past its deadline with work left', () => {
+  const DEADLINE = 60 * SECOND;
+  // The first claim is at the window + 0.5 s, so the window must be finished by 06:01:00.500.
+  const deadlineText = '2026-11-30T06:01:00.500Z';
+  /** An invocation whose time runs out once `sender` has sent `sends` emails. */
+  const outOfTimeAfter = (sender: CountingSender, sends: number) => ({
+    awsRequestId: 'req-1',
+    getRemainingTimeInMillis: () => (sender.total >= sends ? 0 : 900 * SECOND),
+  });
+  /** One email at a time, so a run stops exactly where its time runs out. */
+  const oneAtATime = (sender: CountingSender) =>
+    weeklyReportJob({ customers: () => syntheticCustomers(300), sender, concurrency: 1 });
+  /** Runs the handler on one record and does what the event source mapping does with its answer. */
+  async function consume(
+    s: Awaited<ReturnType<typeof setUp>>,
+    record: SqsRecord,
+    context: ReturnType<typeof outOfTimeAfter> = s.context(),
+  ) {
+    const response = await s.handler({ Records: [record] }, context);
+    const kept = response.batchItemFailures.some((f) => f.itemIdentifier === record.messageId);
+    if (!kept) s.queue.delete(record.receiptHandle);
+    return response;
+  }
+
+  it('stops continuing a window whose run passed its deadline with work left: STUCK, paged, its message deleted', async () => {
+    // The 20th email takes the clock past the deadline; the run's time then runs out. A lease of
+    // 10 minutes keeps renewals out of the 61 s the clock jumps, so the run stops for time alone.
+    const sender = new CountingSender(async () => {
+      if (sender.total === 19) await s.clock.advance(DEADLINE + SECOND);
+    });
+    const s = await setUp(oneAtATime(sender), { deadlineMs: DEADLINE, leaseMs: 600 * SECOND });
+    const response = await consume(s, await s.deliver(), outOfTimeAfter(sender, 20));
+
+    expect(response).toEqual({ batchItemFailures: [] });
+    expect(s.queue.counts()).toEqual({ visible: 0, invisible: 0, deadLetters: 0 });
+    expect(sender.total).toBe(20);
+    expect(await s.backend.claims.read(SLOT)).toMatchObject({
+      state: 'STUCK',
+      epoch: 1,
+      deadline: Date.parse(deadlineText),
+    });
+    expect(s.emf.sum('WindowStuck')).toBe(1);
+    expect(s.emf.sum('RunYielded')).toBe(0);
+    expect(s.log.lines.filter((l) => l.message.startsWith('window STUCK'))).toMatchObject([
+      { fields: { reason: `the window's deadline ${deadlineText} passed with work left`, done: 20 } },
+    ]);
+
+    // A continuation queued for the window and a late Scheduler retry stand down: no run, no email,
+    // no second page, and both messages are deleted.
+    const continuation = { ...schedulerEvent('weekly-report', WINDOW), continuation: true };
+    for (const body of [continuation, schedulerEvent('weekly-report', WINDOW, 2)]) {
+      expect(await consume(s, await s.deliver(JSON.stringify(body)))).toEqual({ batchItemFailures: [] });
+    }
+    expect(s.queue.counts()).toEqual({ visible: 0, invisible: 0, deadLetters: 0 });
+    expect(sender.total).toBe(20);
+    expect(sender.duplicates()).toBe(0);
+    expect(await s.backend.claims.read(SLOT)).toMatchObject({ state: 'STUCK', epoch: 1 });
+    expect(s.emf.sum('WindowStuck')).toBe(1);
+    expect(s.emf.sum('ClaimAcquired')).toBe(1);
+    // The retry is a fire of the schedule finding its window taken; the continuation is not.
+    expect(s.emf.sum('DuplicateClaim')).toBe(1);
+  });
+
+  it('gives up on a window its continuation claims after the deadline: STUCK without walking, its message deleted', async () => {
+    const sender = new CountingSender();
+    const s = await setUp(oneAtATime(sender), { deadlineMs: DEADLINE });
+    const first = await consume(s, await s.deliver(), outOfTimeAfter(sender, 20));
+    expect(first.batchItemFailures).toHaveLength(1);
+    expect(s.emf.sum('RunYielded')).toBe(1);
+    expect(await s.backend.claims.read(SLOT)).toMatchObject({ state: 'RELEASED', epoch: 1 });
+
+    // The continuation comes back only after the deadline (a throttled event source, a long queue).
+    await s.clock.advance(DEADLINE + SECOND);
+    const second = await consume(s, s.receive());
+
+    expect(second).toEqual({ batchItemFailures: [] });
+    expect(s.queue.counts()).toEqual({ visible: 0, invisible: 0, deadLetters: 0 });
+    // It had all the time in the world, and sent nobody: past the deadline nothing is walked.
+    expect(sender.total).toBe(20);
+    expect(await s.backend.claims.read(SLOT)).toMatchObject({ state: 'STUCK', epoch: 2 });
+    expect(s.emf.sum('WindowStuck')).toBe(1);
+    expect(s.emf.sum('RunYielded')).toBe(1);
+    expect(s.log.lines.filter((l) => l.message.startsWith('window STUCK'))).toMatchObject([
+      { fields: { reason: `claimed after the window's deadline ${deadlineText} with work left`, done: 0 } },
+    ]);
+  });
+});
+
 describe('a window invoked directly, with a work queue configured', () => {
   it('queues its continuation, marked as one, when the run stops with work left', async () => {
     const sender = new CountingSender();
