@@ -97,10 +97,16 @@ export function createSesEventRecorder(deps: SesEventRecorderDeps) {
       outcome === 'recorded'
         ? { status: 'recorded', jobId: effect.jobId, keyHash: effect.keyHash }
         : { status: 'not-recorded', jobId: effect.jobId, keyHash: effect.keyHash, ledger: outcome };
-    // A done effect is the usual case (the run marked it before SES reported): no line for it.
-    if (outcome !== 'done') {
-      const line =
-        outcome === 'recorded' ? 'provider word recorded' : 'provider word for no open reservation';
+    // A done effect is the usual case (the run marked it before SES reported): no line for it,
+    // unless SES rejected it after all (a Reject after its Send: SES found a virus and delivered
+    // nothing), which a person should see, since nothing sends it again.
+    const rejectedWhenDone = outcome === 'done' && word.outcome === 'rejected';
+    if (outcome !== 'done' || rejectedWhenDone) {
+      const line = rejectedWhenDone
+        ? 'provider rejected a message whose effect is done: the recipient got nothing and it is not sent again'
+        : outcome === 'recorded'
+          ? 'provider word recorded'
+          : 'provider word for no open reservation';
       deps.log(effect.jobId)[outcome === 'recorded' ? 'info' : 'warn'](line, {
         window: effect.window,
         effect: effect.keyHash,

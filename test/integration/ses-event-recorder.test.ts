@@ -179,6 +179,24 @@ describe('the SES event recorder', () => {
     expect(log.lines).toEqual([]);
   });
 
+  it('warns by hash when SES rejects a message whose effect is done (a Reject after its Send), and changes nothing', async () => {
+    const { backend, keyHash, env, message } = await reservedEffect({ done: true });
+    const { handler, emf, log } = recorder(providerWordLedgerFromEnvironment(env));
+
+    const response = await handler(sesEvent(SesEventType.Reject, message));
+
+    expect(response).toEqual({ status: 'not-recorded', jobId: 'weekly-report', keyHash, ledger: 'done' });
+    expect(await backend.ledger.read(SLOT, keyHash)).toMatchObject({ state: 'DONE', epoch: 1 });
+    expect([emf.sum('ProviderWordRecorded'), emf.sum('ProviderWordIgnored')]).toEqual([0, 1]);
+    expect(log.lines).toHaveLength(1);
+    expect(log.lines[0]).toMatchObject({
+      level: 'warn',
+      message: expect.stringContaining('provider rejected a message whose effect is done'),
+      fields: { effect: keyHash, event: 'Reject', outcome: 'rejected' },
+    });
+    expect(JSON.stringify(log.lines)).not.toContain('@');
+  });
+
   it("writes nothing for a word about another epoch's send than the reservation on record", async () => {
     const { backend, keyHash, env, message } = await reservedEffect();
     const { handler, emf, log } = recorder(providerWordLedgerFromEnvironment(env));
