@@ -1,0 +1,76 @@
+import { describe, expect, it } from 'vitest';
+import { weeklyReportJob } from '../../functions/weekly-report/job.js';
+import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
+import { StoreError } from '../../shared/errors.js';
+import type { SlotBackend } from '../../shared/job/run-slot.js';
+import { CountingSender } from '../helpers/counting-sender.js';
+import { schedulerEvent, testHandler } from '../helpers/harness.js';
+import { ManualClock } from '../helpers/manual-clock.js';
+
+/*
+ * The outside review's runtime cases (issue 12) whose behaviour lives partly in each backend's
+ * adapter (a fenced release, a pinned key version): described once here and run on every backend
+ * by its own test file (outside-review.test.ts on dynalite, postgres-outside-review.test.ts on
+ * embedded Postgres with its production lease clock, the database's).
+ */
+
+const WINDOW = '2026-11-30T06:00:00Z';
+const SLOT = { jobId: 'weekly-report', window: WINDOW };
+
+/**
+ * Runs the cases against `makeBackend`, which returns a fresh backend (its own table or schema) on
+ * every call.
+ */
+export function describeOutsideReviewCases(name: string, makeBackend: () => Promise<SlotBackend>): void {
+  describe(`${name}: a holder whose lease ran out by its own clock (issue 12, item 7)`, () => {
+    it('says lease-lost, not fenced, and gives back the slot it still held so the next run starts at once', async () => {
+      const backend = await makeBackend();
+      const clock = new ManualClock(Date.parse(WINDOW) + 500);
+      // Every renewal fails (a store too slow to answer): nobody took the slot over.
+      const slowRenewals: SlotBackend = {
+        ...backend,
+        claims: {
+          claim: (...args) => backend.claims.claim(...args),
+          renew: async () => {
+            throw new StoreError('renew', 'renewal timed out');
+          },
+          checkpoint: (...args) => backend.claims.checkpoint(...args),
+          complete: (...args) => backend.claims.complete(...args),
+          release: (...args) => backend.claims.release(...args),
+          read: (...args) => backend.claims.read(...args),
+          shardFinished: (...args) => backend.claims.shardFinished(...args),
+          finishSharded: (...args) => backend.claims.finishSharded(...args),
+        },
+      };
+      const sender = new CountingSender(async () => {
+        // Each send takes 5 s of the run's clock; the 60 s lease ends after about ten of them.
+        await clock.advance(5_000);
+      });
+      const { handler } = testHandler(
+        weeklyReportJob({ customers: () => syntheticCustomers(100), sender, concurrency: 1 }),
+        slowRenewals,
+        { clock },
+      );
+      const result = await handler(schedulerEvent('weekly-report', WINDOW));
+      expect(result).toMatchObject({ status: 'lease-lost', epoch: 1, released: true });
+      expect(sender.total).toBeLessThan(12);
+      expect(await backend.claims.read(SLOT)).toMatchObject({ state: 'RELEASED', epoch: 1 });
+      // No wait for the lease to run out: the next delivery claims it at once.
+      const nextSender = new CountingSender();
+      const next = testHandler(
+        weeklyReportJob({ customers: () => syntheticCustomers(100), sender: nextSender }),
+        backend,
+        { clock },
+      );
+      expect(
+        await next.handler({ ...schedulerEvent('weekly-report', WINDOW), continuation: true }),
+      ).toMatchObject({
+        status: 'completed',
+        epoch: 2,
+        window: { done: 100 },
+      });
+      // The first run's sends are skipped, not repeated: every customer has exactly one email.
+      expect(sender.total + nextSender.total).toBe(100);
+    });
+  });
+}
