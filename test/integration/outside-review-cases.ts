@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
+import { hmacKeyRing } from '../../shared/effects/effect-key.js';
 import { StoreError } from '../../shared/errors.js';
 import type { SlotBackend } from '../../shared/job/run-slot.js';
 import { CountingSender } from '../helpers/counting-sender.js';
@@ -10,7 +11,7 @@ import { ManualClock } from '../helpers/manual-clock.js';
 /*
  * The outside review's runtime cases (issue 12) whose behaviour lives partly in each backend's
  * adapter (a fenced release, a pinned key version): described once here and run on every backend
- * by its own test file (outside-review.test.ts on dynalite, postgres-outside-review.test.ts on
+ * by its own test file (outside-review.test.ts on dynalite and in memory, postgres-outside-review.test.ts on
  * embedded Postgres with its production lease clock, the database's).
  */
 
@@ -71,6 +72,72 @@ export function describeOutsideReviewCases(name: string, makeBackend: () => Prom
       });
       // The first run's sends are skipped, not repeated: every customer has exactly one email.
       expect(sender.total + nextSender.total).toBe(100);
+    });
+  });
+
+  describe(`${name}: rotating the effect-key secret (issue 12, item 4)`, () => {
+    const V1 = 'first-secret-0123456789abcdef';
+    const V2 = 'second-secret-0123456789abcdef';
+
+    it('sends nobody a second email when the secret rotates mid-window: the window keeps its version', async () => {
+      const backend = await makeBackend();
+      const clock = new ManualClock(Date.parse(WINDOW) + 500);
+      const sender = new CountingSender();
+      const job = weeklyReportJob({ customers: () => syntheticCustomers(60), sender, concurrency: 1 });
+      const before = testHandler(job, backend, {
+        clock,
+        keyRing: hmacKeyRing({ current: 'v1', secrets: { v1: V1 } }),
+      });
+      // The first run gets time for 25 emails, then yields.
+      let sent = 0;
+      const first = await before.handler(schedulerEvent('weekly-report', WINDOW), {
+        awsRequestId: 'run-1',
+        getRemainingTimeInMillis: () => (sender.total - sent >= 25 ? 0 : 900_000),
+      });
+      sent = sender.total;
+      expect(first).toMatchObject({ status: 'yielded', reason: 'time' });
+      expect(await backend.claims.read(SLOT)).toMatchObject({ keyVersion: 'v1' });
+
+      // The secret rotates: v2 is current, v1 stays readable.
+      const rotated = hmacKeyRing({ current: 'v2', secrets: { v1: V1, v2: V2 } });
+      const after = testHandler(job, backend, { clock, keyRing: rotated });
+      const second = await after.handler({ ...schedulerEvent('weekly-report', WINDOW), continuation: true });
+      expect(second).toMatchObject({ status: 'completed', window: { done: 60, inDoubt: 0 } });
+      expect(sender.total).toBe(60);
+      expect(sender.duplicates()).toBe(0);
+
+      // The next window starts on the new version.
+      const nextWindow = '2026-12-07T06:00:00Z';
+      await clock.advance(Date.parse(nextWindow) - clock.now() + 500);
+      await after.handler(schedulerEvent('weekly-report', nextWindow));
+      expect(await backend.claims.read({ jobId: 'weekly-report', window: nextWindow })).toMatchObject({
+        state: 'DONE',
+        keyVersion: 'v2',
+      });
+    });
+
+    it('never runs a window whose key version can no longer be read: STUCK, with what to restore', async () => {
+      const backend = await makeBackend();
+      const clock = new ManualClock(Date.parse(WINDOW) + 500);
+      const sender = new CountingSender();
+      const job = weeklyReportJob({ customers: () => syntheticCustomers(30), sender, concurrency: 1 });
+      const before = testHandler(job, backend, {
+        clock,
+        keyRing: hmacKeyRing({ current: 'v1', secrets: { v1: V1 } }),
+      });
+      await before.handler(schedulerEvent('weekly-report', WINDOW), {
+        awsRequestId: 'run-1',
+        getRemainingTimeInMillis: () => (sender.total >= 10 ? 0 : 900_000),
+      });
+      const lost = testHandler(job, backend, {
+        clock,
+        keyRing: hmacKeyRing({ current: 'v2', secrets: { v2: V2 } }),
+      });
+      const result = await lost.handler({ ...schedulerEvent('weekly-report', WINDOW), continuation: true });
+      expect(result).toMatchObject({ status: 'stuck' });
+      expect(result.status === 'stuck' && result.reason).toMatch(/effect-key version "v1" cannot be read/);
+      expect(sender.total).toBe(10);
+      expect(await backend.claims.read(SLOT)).toMatchObject({ state: 'STUCK' });
     });
   });
 }
