@@ -3,9 +3,11 @@ import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
 import { hmacKeyRing } from '../../shared/effects/effect-key.js';
 import { StoreError } from '../../shared/errors.js';
-import type { SlotBackend } from '../../shared/job/run-slot.js';
+import { defineJob } from '../../shared/job/job-definition.js';
+import { type RunResult, runSlot, type SlotBackend } from '../../shared/job/run-slot.js';
+import { emfMetrics } from '../../shared/telemetry/metrics.js';
 import { CountingSender } from '../helpers/counting-sender.js';
-import { schedulerEvent, testHandler } from '../helpers/harness.js';
+import { EmfRecorder, RecordingLog, schedulerEvent, testHandler } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
 /*
@@ -138,6 +140,66 @@ export function describeOutsideReviewCases(name: string, makeBackend: () => Prom
       expect(result.status === 'stuck' && result.reason).toMatch(/effect-key version "v1" cannot be read/);
       expect(sender.total).toBe(10);
       expect(await backend.claims.read(SLOT)).toMatchObject({ state: 'STUCK' });
+    });
+  });
+}
+
+/** Every slot and effect record a fresh store holds, counted where they are stored, under any key. */
+export interface StoredRecords {
+  readonly slots: number;
+  readonly effects: number;
+}
+
+/**
+ * The review's first case (issue 12, item 1), end to end through runSlot, which the handler's own
+ * canonicalisation does not guard: `makeStore` returns a fresh backend and a count of what its
+ * store holds, read past the adapter (a scan, a query of the tables).
+ */
+export function describeWindowSpellingCase(
+  name: string,
+  makeStore: () => Promise<{ backend: SlotBackend; stored(): Promise<StoredRecords> }>,
+): void {
+  describe(`${name}: one instant, however its window is spelled (issue 12, item 1)`, () => {
+    it('performs a ctx.once effect once when runSlot is given one instant as ….000Z, +01:00 and …Z: one slot, one effect', async () => {
+      const { backend, stored } = await makeStore();
+      let performed = 0;
+      const job = defineJob({
+        id: 'weekly-report',
+        async run(ctx) {
+          await ctx.once('the-report', async () => {
+            performed++;
+          });
+        },
+      });
+      const clock = new ManualClock(Date.parse(WINDOW) + 500);
+      const emf = new EmfRecorder();
+      const metrics = emfMetrics({ jobId: 'weekly-report', write: emf.write });
+      const results: RunResult[] = [];
+      // The first fire spells it as toISOString does, so the record's own key is put to the test too.
+      for (const [i, window] of ['2026-11-30T06:00:00.000Z', '2026-11-30T07:00:00+01:00', WINDOW].entries()) {
+        results.push(
+          await runSlot({
+            job,
+            backend,
+            clock,
+            metrics,
+            log: new RecordingLog(),
+            slot: { jobId: 'weekly-report', window },
+            delivery: { invocationId: `fire-${i + 1}` },
+          }),
+        );
+      }
+      await metrics.flush();
+      expect(results.map((r) => r.status)).toEqual(['completed', 'duplicate', 'duplicate']);
+      expect(results[1]).toMatchObject({ outcome: { kind: 'done', state: 'DONE' } });
+      expect(performed).toBe(1);
+      expect(emf.sum('DuplicateClaim')).toBe(2);
+      expect(await stored()).toEqual({ slots: 1, effects: 1 });
+      expect(await backend.claims.read(SLOT)).toMatchObject({
+        state: 'DONE',
+        epoch: 1,
+        summary: { done: 1, inDoubt: 0, failed: 0 },
+      });
     });
   });
 }

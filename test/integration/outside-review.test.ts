@@ -1,6 +1,8 @@
+import { type AttributeValue, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { describe, expect, it } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomers } from '../../functions/weekly-report/recipients.js';
+import { TableLayout } from '../../shared/backends/dynamodb/table-layout.js';
 import { memoryBackend } from '../../shared/backends/memory/memory-backend.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { EffectNotPerformedError } from '../../shared/errors.js';
@@ -9,7 +11,7 @@ import { CountingSender } from '../helpers/counting-sender.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { schedulerEvent, TEST_SECRET, testBackend, testHandler } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
-import { describeOutsideReviewCases } from './outside-review-cases.js';
+import { describeOutsideReviewCases, describeWindowSpellingCase } from './outside-review-cases.js';
 
 /**
  * Defects an outside review found in the runtime (issue 12), each pinned by a test that failed before.
@@ -22,6 +24,27 @@ const SLOT = { jobId: 'weekly-report', window: WINDOW };
 const dynamo = useDynamo();
 
 describeOutsideReviewCases('DynamoDB', async () => testBackend(dynamo.client(), await dynamo.freshTable()));
+describeWindowSpellingCase('DynamoDB', async () => {
+  const client = dynamo.client();
+  const tableName = await dynamo.freshTable();
+  return {
+    backend: testBackend(client, tableName),
+    async stored() {
+      // Every item of the table, whatever its key: a slot stored under another spelling shows here.
+      const counts = { slots: 0, effects: 0 };
+      let start: Record<string, AttributeValue> | undefined;
+      do {
+        const page = await client.send(new ScanCommand({ TableName: tableName, ExclusiveStartKey: start }));
+        for (const item of page.Items ?? []) {
+          if (item[TableLayout.sortKey]?.S === TableLayout.slotSortKey) counts.slots++;
+          else counts.effects++;
+        }
+        start = page.LastEvaluatedKey;
+      } while (start);
+      return counts;
+    },
+  };
+});
 describeOutsideReviewCases('in-memory', async () => memoryBackend({ hashKey: hmacEffectKeys(TEST_SECRET) }));
 
 describe('effect keys that are not well-formed text (issue 12, item 2)', () => {
