@@ -23,6 +23,7 @@ import {
   type ClaimOutcome,
   type ClaimStore,
   type Delivery,
+  defaultLeaseSafetyMarginMs,
   type EffectLedger,
   type FinishOutcome,
   type RunSummary,
@@ -283,6 +284,7 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     {
       owner,
       leaseMs: o.leaseMs,
+      safetyMarginMs: o.leaseSafetyMarginMs,
       maxAttempts: o.maxAttempts,
       expiresAtSeconds: Math.ceil((windowMs + o.retentionDays * DAY_MS) / 1000),
       // From the scheduled time, or from now for a window first claimed late (a backfill): its
@@ -991,7 +993,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
   const resolved = {
     leaseMs,
     renewEveryMs: options.renewEveryMs ?? Math.floor(leaseMs / 3),
-    leaseSafetyMarginMs: options.leaseSafetyMarginMs ?? Math.floor(leaseMs / 6),
+    leaseSafetyMarginMs: options.leaseSafetyMarginMs ?? defaultLeaseSafetyMarginMs(leaseMs),
     stopMarginMs: options.stopMarginMs ?? 30_000,
     effectConcurrency: options.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
     maxAttempts: options.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
