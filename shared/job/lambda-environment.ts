@@ -12,7 +12,7 @@ import {
 } from './environment-backend.js';
 import { effectKeyRingFromEnvironment } from './environment-key-ring.js';
 import type { JobDefinition } from './job-definition.js';
-import { JOB_DEFAULTS } from './job-spec.js';
+import { defaultTakeoverSkewMs, JOB_DEFAULTS } from './job-spec.js';
 import { createJobHandler, initOnce, type JobHandler } from './lambda-handler.js';
 import type { RunOptions, SlotBackend } from './run-slot.js';
 import { BackendKind, RuntimeEnv } from './runtime-env.js';
@@ -98,7 +98,29 @@ function runOptionsFromEnvironment(env: Env) {
     retentionDays: wholeNumber(env, RuntimeEnv.retentionDays, JOB_DEFAULTS.retentionDays, 2, 'days'),
     ...(deadlineSeconds !== undefined ? { deadlineMs: deadlineSeconds * 1000 } : {}),
     shards: wholeNumber(env, RuntimeEnv.shards, 1, 1, 'shards'),
+    ...takeoverSkewOf(env, leaseSeconds),
   } satisfies RunOptions;
+}
+
+/**
+ * SLOTGUARD_TAKEOVER_SKEW_SECONDS: seconds to the millisecond, from 0 to less than the lease, the
+ * rule runSlot applies (an allowance as long as the lease would make a crashed run's window wait
+ * out its lease twice). Unset: the runtime's default (defaultTakeoverSkewMs).
+ */
+function takeoverSkewOf(env: Env, leaseSeconds: number): Pick<RunOptions, 'takeoverSkewMs'> {
+  const name = RuntimeEnv.takeoverSkewSeconds;
+  const raw = env[name];
+  if (raw === undefined || raw === '') return {};
+  const seconds = Number(raw);
+  if (!/^\s*\d+(\.\d{1,3})?\s*$/.test(raw) || !(seconds < leaseSeconds)) {
+    throw new ConfigurationError(
+      name,
+      `${name} is ${JSON.stringify(raw)}; set a number of seconds (to the millisecond) from 0 to less than the ` +
+        `lease (${RuntimeEnv.leaseSeconds}, ${leaseSeconds}), or leave it unset for ` +
+        `${defaultTakeoverSkewMs(leaseSeconds * 1000) / 1000}`,
+    );
+  }
+  return { takeoverSkewMs: Math.round(seconds * 1000) };
 }
 
 function workQueueUrlOf(env: Env): string | undefined {

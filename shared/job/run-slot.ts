@@ -38,7 +38,7 @@ import type { JobMetrics } from '../telemetry/metrics.js';
 import { safeErrorText } from '../telemetry/safe-error-text.js';
 import { Checkpointer } from './checkpointer.js';
 import type { JobContext, JobDefinition } from './job-definition.js';
-import { JOB_DEFAULTS } from './job-spec.js';
+import { defaultTakeoverSkewMs, JOB_DEFAULTS } from './job-spec.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { tallyWindow, windowSummary } from './window-tally.js';
 
@@ -1005,7 +1005,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
     maxRunsWithoutProgress: options.maxRunsWithoutProgress ?? 3,
     effectRetry: { ...DEFAULT_EFFECT_RETRY, ...options.effectRetry },
     failureStreakLimit: options.failureStreakLimit ?? 10,
-    takeoverSkewMs: options.takeoverSkewMs ?? Math.min(2_000, Math.floor(leaseMs / 6)),
+    takeoverSkewMs: options.takeoverSkewMs ?? defaultTakeoverSkewMs(leaseMs),
     shards: options.shards ?? 1,
   };
   if (!Number.isFinite(leaseMs) || leaseMs < 1_000) {
