@@ -108,6 +108,9 @@ describe('a configuration that cannot work', () => {
     ['SLOTGUARD_DEADLINE_SECONDS', '30', 'a whole number of seconds, at least 60 (or leave it unset)'],
     ['SLOTGUARD_DEADLINE_SECONDS', '6h', 'a whole number of seconds, at least 60 (or leave it unset)'],
     ['SLOTGUARD_WORK_QUEUE_URL', 'weekly-report-work', "set the queue's URL"],
+    ['SLOTGUARD_SHARDS', '0', 'a whole number of shards, from 1 to 1000 (default 1)'],
+    ['SLOTGUARD_SHARDS', '2.5', 'a whole number of shards, from 1 to 1000 (default 1)'],
+    ['SLOTGUARD_SHARDS', '1001', 'a whole number of shards, from 1 to 1000 (default 1)'],
     [
       'SLOTGUARD_TAKEOVER_SKEW_SECONDS',
       'two',
