@@ -12,6 +12,7 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct, type IConstruct } from 'constructs';
 import {
   defaultDeadlineSeconds,
+  defaultTakeoverSkewMs,
   JOB_DEFAULTS,
   type JobSpec,
   type ScheduleSpec,
@@ -415,6 +416,7 @@ export class ScheduledJob extends Construct {
         [RuntimeEnv.workQueueUrl]: this.workQueue.queueUrl,
         [RuntimeEnv.deadlineSeconds]: String(this.deadline.toSeconds()),
         [RuntimeEnv.shards]: String(job.shards),
+        [RuntimeEnv.takeoverSkewSeconds]: String(job.takeoverSkewSeconds),
         ...(ses
           ? {
               [RuntimeEnv.sesFromAddress]: ses.fromAddress,
@@ -767,6 +769,16 @@ export class ScheduledJob extends Construct {
           'window is split into (1, the default, runs a window in one run at a time)',
       );
     }
+    const skewMs = job.takeoverSkewSeconds * 1000;
+    if (!(skewMs >= 0 && skewMs < job.leaseSeconds * 1000) || Math.abs(skewMs - Math.round(skewMs)) > 1e-6) {
+      throw new InfraValidationError(
+        this,
+        'job.takeoverSkewSeconds',
+        `job.takeoverSkewSeconds is ${describe(job.takeoverSkewSeconds)}; set seconds (to the millisecond) from 0 to ` +
+          `less than job.leaseSeconds (${job.leaseSeconds}), or leave it out for ` +
+          `${defaultTakeoverSkewMs(job.leaseSeconds * 1000) / 1000}`,
+      );
+    }
   }
 
   private validateSchedule(job: JobWithDefaults): AnalysedSchedule {
@@ -1023,10 +1035,12 @@ export class ScheduledJob extends Construct {
 type JobWithDefaults = Required<Omit<JobSpec, 'deadlineMinutes'>> & Pick<JobSpec, 'deadlineMinutes'>;
 
 function withDefaults(job: JobSpec): JobWithDefaults {
+  const leaseSeconds = job.leaseSeconds ?? JOB_DEFAULTS.leaseSeconds;
   return {
     ...job,
     schedule: { ...job.schedule, timeZone: job.schedule.timeZone ?? 'UTC' },
-    leaseSeconds: job.leaseSeconds ?? JOB_DEFAULTS.leaseSeconds,
+    leaseSeconds,
+    takeoverSkewSeconds: job.takeoverSkewSeconds ?? defaultTakeoverSkewMs(leaseSeconds * 1000) / 1000,
     effectConcurrency: job.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
     timeoutSeconds: job.timeoutSeconds ?? JOB_DEFAULTS.timeoutSeconds,
     maxAttempts: job.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
