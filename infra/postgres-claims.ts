@@ -10,6 +10,7 @@ import {
   assertSchemaName,
   DEFAULT_SCHEMA,
   DEFAULT_TIMEOUTS,
+  shortestLeaseMs,
 } from '../shared/backends/postgres/postgres-settings.js';
 import { ConfigurationError } from '../shared/errors.js';
 import type { JobSpec } from '../shared/job/job-spec.js';
@@ -280,9 +281,9 @@ export class PostgresClaims extends Construct implements ClaimsBackend {
 
   /**
    * Puts the function in the VPC and injects the Postgres runtime into its bundle. For a job's
-   * function (`spec` given), also checks the job's lease against the backend's session timeouts: a
-   * claim refuses a lease shorter than three times the longest of them, so that a stuck statement
-   * gives up while the lease still holds.
+   * function (`spec` given), also checks the job's lease against the backend's timeouts: a claim
+   * refuses a lease whose safety margin (a sixth of it) is shorter than the client-side deadline, or
+   * which is shorter than three times the longest session timeout (shortestLeaseMs).
    */
   functionOptions(scope: IConstruct, spec?: Required<JobSpec>): ClaimsBackendFunctionOptions {
     if (spec) this.checkLease(scope, spec);
@@ -348,19 +349,15 @@ export class PostgresClaims extends Construct implements ClaimsBackend {
   }
 
   private checkLease(job: IConstruct, spec: Required<JobSpec>): void {
-    const longestMs = Math.max(
-      DEFAULT_TIMEOUTS.statementMs,
-      DEFAULT_TIMEOUTS.lockMs,
-      DEFAULT_TIMEOUTS.idleInTransactionMs,
-    );
-    const minimumSeconds = Math.ceil((3 * longestMs) / 1000);
+    const minimumSeconds = Math.ceil(shortestLeaseMs(DEFAULT_TIMEOUTS) / 1000);
     if (spec.leaseSeconds < minimumSeconds) {
       throw new InfraValidationError(
         job,
         'job.leaseSeconds',
         `job.leaseSeconds is ${spec.leaseSeconds}, shorter than the Postgres backend's minimum of ${minimumSeconds} ` +
-          `(three times its longest session timeout, ${longestMs} ms): every claim would be refused; set ` +
-          `job.leaseSeconds to ${minimumSeconds} or more`,
+          `(its client-side deadline, ${DEFAULT_TIMEOUTS.deadlineMs} ms, must fit in the run's safety margin, a sixth ` +
+          'of the lease, and the lease must be three times its longest session timeout): every claim would be ' +
+          `refused; set job.leaseSeconds to ${minimumSeconds} or more`,
       );
     }
   }

@@ -15,6 +15,7 @@ import { Construct, type IConstruct } from 'constructs';
 import { AfterGrace } from '../shared/job/in-doubt-resolution.js';
 import {
   defaultDeadlineSeconds,
+  defaultTakeoverSkewMs,
   JOB_DEFAULTS,
   type JobSpec,
   type ScheduleSpec,
@@ -469,6 +470,7 @@ export class ScheduledJob extends Construct {
         [RuntimeEnv.workQueueUrl]: this.workQueue.queueUrl,
         [RuntimeEnv.deadlineSeconds]: String(this.deadline.toSeconds()),
         [RuntimeEnv.shards]: String(job.shards),
+        [RuntimeEnv.takeoverSkewSeconds]: String(job.takeoverSkewSeconds),
         ...(ses
           ? {
               [RuntimeEnv.sesFromAddress]: ses.fromAddress,
@@ -899,6 +901,16 @@ export class ScheduledJob extends Construct {
           'window is split into (1, the default, runs a window in one run at a time)',
       );
     }
+    const skewMs = job.takeoverSkewSeconds * 1000;
+    if (!(skewMs >= 0 && skewMs < job.leaseSeconds * 1000) || Math.abs(skewMs - Math.round(skewMs)) > 1e-6) {
+      throw new InfraValidationError(
+        this,
+        'job.takeoverSkewSeconds',
+        `job.takeoverSkewSeconds is ${describe(job.takeoverSkewSeconds)}; set seconds (to the millisecond) from 0 to ` +
+          `less than job.leaseSeconds (${job.leaseSeconds}), or leave it out for ` +
+          `${defaultTakeoverSkewMs(job.leaseSeconds * 1000) / 1000}`,
+      );
+    }
   }
 
   private validateSchedule(job: JobWithDefaults): AnalysedSchedule {
@@ -1157,10 +1169,12 @@ type ResolvedLater = 'deadlineMinutes' | 'inDoubtGraceMinutes' | 'inDoubtAfterGr
 type JobWithDefaults = Required<Omit<JobSpec, ResolvedLater>> & Pick<JobSpec, ResolvedLater>;
 
 function withDefaults(job: JobSpec): JobWithDefaults {
+  const leaseSeconds = job.leaseSeconds ?? JOB_DEFAULTS.leaseSeconds;
   return {
     ...job,
     schedule: { ...job.schedule, timeZone: job.schedule.timeZone ?? 'UTC' },
-    leaseSeconds: job.leaseSeconds ?? JOB_DEFAULTS.leaseSeconds,
+    leaseSeconds,
+    takeoverSkewSeconds: job.takeoverSkewSeconds ?? defaultTakeoverSkewMs(leaseSeconds * 1000) / 1000,
     effectConcurrency: job.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
     timeoutSeconds: job.timeoutSeconds ?? JOB_DEFAULTS.timeoutSeconds,
     maxAttempts: job.maxAttempts ?? JOB_DEFAULTS.maxAttempts,

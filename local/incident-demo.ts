@@ -190,9 +190,9 @@ export async function runIncidentDemo(options: IncidentDemoOptions): Promise<Inc
     const emfLines: string[] = [];
     const log = fileLog(`${options.outputDir}/last-run.log.jsonl`);
     // A crash or a pause is recovered once the lease runs out: a short lease keeps the demo short.
-    // Postgres needs three statement timeouts (3 × 5 s) inside a lease.
+    // Postgres needs its 5 s client-side deadline inside the lease's safety margin (a sixth of it).
     const shortLease = faults.includes(FaultKind.Crash) || faults.includes(FaultKind.Pause);
-    const leaseSeconds = options.leaseSeconds ?? (shortLease ? (kind === 'postgres' ? 15 : 5) : undefined);
+    const leaseSeconds = options.leaseSeconds ?? (shortLease ? (kind === 'postgres' ? 30 : 5) : undefined);
     const runner: LocalRunner = new LocalRunner({
       jobs: [job],
       backend: backend.backend,

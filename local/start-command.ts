@@ -62,8 +62,8 @@ Options:
                       it, sent again if not, once a grace period is over: a lease, or with pause
                       Lambda's time limit (a frozen holder can send until then).
   --seed N            seed of the crash and pause points (default random, printed)
-  --lease-seconds N   the slotguard side's lease (default 60; with crash or pause 5, or 15 on
-                      Postgres, whose lease must outlast three statement timeouts)
+  --lease-seconds N   the slotguard side's lease (default 60; with crash or pause 5, or 30 on
+                      Postgres, whose 5 s call deadline must fit in a sixth of the lease)
   --out DIR           demo: where the run's log and metrics go (default .slotguard)
   --state-dir DIR     serve: the kept state (default .slotguard)
   -h, --help          this text

@@ -1,3 +1,4 @@
+import { defaultLeaseSafetyMarginMs } from '../slot/ports.js';
 import type { AfterGrace } from './in-doubt-resolution.js';
 
 /**
@@ -73,6 +74,17 @@ export interface JobSpec {
    */
   readonly inDoubtAfterGrace?: AfterGrace;
   /**
+   * How long after a lease's end, by the clock of the run that would take it over, a crashed run's
+   * window may be taken over: room for a replica whose clock runs fast (two runs can overlap only
+   * when one clock is ahead by more than this plus the lease's safety margin; the effect ledger
+   * still emails nobody twice then). A larger allowance delays every takeover of a crashed run by as
+   * much. Seconds, to the millisecond, from 0 to less than `leaseSeconds`. See docs/operations.md,
+   * "Clock skew and takeovers".
+   * @default 2 (Lambda's clocks are kept well under a second apart by Amazon Time Sync), or a sixth
+   *   of `leaseSeconds` when that is shorter (`defaultTakeoverSkewMs`)
+   */
+  readonly takeoverSkewSeconds?: number;
+  /**
    * What to do with windows that passed while nothing fired (the local runner down, a schedule
    * paused): run none, the latest, or all of them, within a maximum lateness. Honoured by the local
    * runner when it starts and by the operator CLI's `backfill`. A deployed schedule never fires a
@@ -127,6 +139,15 @@ export function defaultDeadlineSeconds(shortestGapMs: number | undefined, timeou
   const capSeconds = DEFAULT_DEADLINE_CAP_MINUTES * 60;
   const gapSeconds = shortestGapMs === undefined ? capSeconds : Math.floor(shortestGapMs / 1000);
   return Math.max(Math.min(gapSeconds, capSeconds), Math.ceil(timeoutSeconds / 60) * 60);
+}
+
+/**
+ * The takeover skew allowance of a job that sets none: 2 s, sized for Lambda's synchronised clocks,
+ * or the lease's default safety margin (a sixth of it) when that is shorter, so a short lease is not
+ * held for long after it ended.
+ */
+export function defaultTakeoverSkewMs(leaseMs: number): number {
+  return Math.min(2_000, defaultLeaseSafetyMarginMs(leaseMs));
 }
 
 /** Defaults applied wherever a JobSpec is read, by the runtime, the CDK constructs and the local runner. */

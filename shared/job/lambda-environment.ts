@@ -2,6 +2,7 @@ import { createDynamoClient, dynamoBackend } from '../backends/dynamodb/dynamodb
 import type { Clock } from '../clock.js';
 import { SqsWorkQueue } from '../continuation/sqs-work-queue.js';
 import { ConfigurationError } from '../errors.js';
+import { MAX_SHARDS } from '../slot/slot.js';
 import { jsonLog } from '../telemetry/log.js';
 import { emfMetrics } from '../telemetry/metrics.js';
 import {
@@ -14,7 +15,7 @@ import {
 import { effectKeyRingFromEnvironment } from './environment-key-ring.js';
 import { AfterGrace } from './in-doubt-resolution.js';
 import type { JobDefinition } from './job-definition.js';
-import { JOB_DEFAULTS } from './job-spec.js';
+import { defaultTakeoverSkewMs, JOB_DEFAULTS } from './job-spec.js';
 import { createJobHandler, initOnce, type JobHandler } from './lambda-handler.js';
 import type { RunOptions, SlotBackend } from './run-slot.js';
 import { BackendKind, RuntimeEnv } from './runtime-env.js';
@@ -113,7 +114,8 @@ function runOptionsFromEnvironment(env: Env) {
     // Two days at least: Scheduler retries a fire for up to 24 hours, and a record must outlive them.
     retentionDays: wholeNumber(env, RuntimeEnv.retentionDays, JOB_DEFAULTS.retentionDays, 2, 'days'),
     ...(deadlineSeconds !== undefined ? { deadlineMs: deadlineSeconds * 1000 } : {}),
-    shards: wholeNumber(env, RuntimeEnv.shards, 1, 1, 'shards'),
+    shards: wholeNumber(env, RuntimeEnv.shards, 1, 1, 'shards', MAX_SHARDS),
+    ...takeoverSkewOf(env, leaseSeconds),
     inDoubtResolution: {
       graceMs: wholeNumber(env, RuntimeEnv.inDoubtGraceSeconds, 0, 0, 'seconds') * 1000,
       afterGrace: afterGraceOf(env),
@@ -129,6 +131,27 @@ function afterGraceOf(env: Env): AfterGrace {
     RuntimeEnv.inDoubtAfterGrace,
     `${RuntimeEnv.inDoubtAfterGrace} is ${JSON.stringify(raw)}; set 'report' (leave it in doubt, the default) or 'resend'`,
   );
+}
+
+/**
+ * SLOTGUARD_TAKEOVER_SKEW_SECONDS: seconds to the millisecond, from 0 to less than the lease, the
+ * rule runSlot applies (an allowance as long as the lease would make a crashed run's window wait
+ * out its lease twice). Unset: the runtime's default (defaultTakeoverSkewMs).
+ */
+function takeoverSkewOf(env: Env, leaseSeconds: number): Pick<RunOptions, 'takeoverSkewMs'> {
+  const name = RuntimeEnv.takeoverSkewSeconds;
+  const raw = env[name];
+  if (raw === undefined || raw === '') return {};
+  const seconds = Number(raw);
+  if (!/^\s*\d+(\.\d{1,3})?\s*$/.test(raw) || !(seconds < leaseSeconds)) {
+    throw new ConfigurationError(
+      name,
+      `${name} is ${JSON.stringify(raw)}; set a number of seconds (to the millisecond) from 0 to less than the ` +
+        `lease (${RuntimeEnv.leaseSeconds}, ${leaseSeconds}), or leave it unset for ` +
+        `${defaultTakeoverSkewMs(leaseSeconds * 1000) / 1000}`,
+    );
+  }
+  return { takeoverSkewMs: Math.round(seconds * 1000) };
 }
 
 function workQueueUrlOf(env: Env): string | undefined {
@@ -180,8 +203,9 @@ function assertEffectKeySecret(env: Env): void {
 }
 
 /**
- * The whole number in `name`, at least `min`; `fallback` when it is unset. Anything else (a
- * fraction, a word, too small) is a ConfigurationError naming the variable, the value and the fix.
+ * The whole number in `name`, at least `min` (and at most `max`, when given); `fallback` when it is
+ * unset. Anything else (a fraction, a word, out of range) is a ConfigurationError naming the
+ * variable, the value and the fix.
  */
 function wholeNumber<F extends number | undefined>(
   env: Env,
@@ -189,15 +213,17 @@ function wholeNumber<F extends number | undefined>(
   fallback: F,
   min: number,
   unit: string,
+  max = Number.MAX_SAFE_INTEGER,
 ): number | F {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(value) || value < min) {
+  if (!/^\s*\d+\s*$/.test(raw) || !Number.isSafeInteger(value) || value < min || value > max) {
     const byDefault = fallback === undefined ? 'or leave it unset' : `default ${fallback}`;
+    const range = max === Number.MAX_SAFE_INTEGER ? `at least ${min}` : `from ${min} to ${max}`;
     throw new ConfigurationError(
       name,
-      `${name} is ${JSON.stringify(raw)}; set a whole number of ${unit}, at least ${min} (${byDefault})`,
+      `${name} is ${JSON.stringify(raw)}; set a whole number of ${unit}, ${range} (${byDefault})`,
     );
   }
   return value;

@@ -23,6 +23,7 @@ import {
   type ClaimOutcome,
   type ClaimStore,
   type Delivery,
+  defaultLeaseSafetyMarginMs,
   type EffectLedger,
   type FinishOutcome,
   type RunSummary,
@@ -43,7 +44,7 @@ import {
   resolveInDoubtResolution,
 } from './in-doubt-resolution.js';
 import type { JobContext, JobDefinition } from './job-definition.js';
-import { JOB_DEFAULTS } from './job-spec.js';
+import { defaultTakeoverSkewMs, JOB_DEFAULTS } from './job-spec.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { tallyWindow, type WindowTally, windowSummary } from './window-tally.js';
 
@@ -295,6 +296,7 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     {
       owner,
       leaseMs: o.leaseMs,
+      safetyMarginMs: o.leaseSafetyMarginMs,
       maxAttempts: o.maxAttempts,
       expiresAtSeconds: Math.ceil((windowMs + o.retentionDays * DAY_MS) / 1000),
       // From the scheduled time, or from now for a window first claimed late (a backfill): its
@@ -1055,7 +1057,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
   const resolved = {
     leaseMs,
     renewEveryMs: options.renewEveryMs ?? Math.floor(leaseMs / 3),
-    leaseSafetyMarginMs: options.leaseSafetyMarginMs ?? Math.floor(leaseMs / 6),
+    leaseSafetyMarginMs: options.leaseSafetyMarginMs ?? defaultLeaseSafetyMarginMs(leaseMs),
     stopMarginMs: options.stopMarginMs ?? 30_000,
     effectConcurrency: options.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
     maxAttempts: options.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
@@ -1068,7 +1070,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
     maxRunsWithoutProgress: options.maxRunsWithoutProgress ?? 3,
     effectRetry: { ...DEFAULT_EFFECT_RETRY, ...options.effectRetry },
     failureStreakLimit: options.failureStreakLimit ?? 10,
-    takeoverSkewMs: options.takeoverSkewMs ?? Math.min(2_000, Math.floor(leaseMs / 6)),
+    takeoverSkewMs: options.takeoverSkewMs ?? defaultTakeoverSkewMs(leaseMs),
     shards: options.shards ?? 1,
   };
   if (!Number.isFinite(leaseMs) || leaseMs < 1_000) {

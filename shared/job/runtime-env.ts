@@ -47,6 +47,11 @@ export const RuntimeEnv = {
   deadlineSeconds: 'SLOTGUARD_DEADLINE_SECONDS',
   /** Shards each new window is split into (RunOptions.shards); unset: 1. */
   shards: 'SLOTGUARD_SHARDS',
+  /**
+   * How long after a lease's end, by the claimer's clock, another run may take it over
+   * (RunOptions.takeoverSkewMs, in seconds, to the millisecond); unset: defaultTakeoverSkewMs.
+   */
+  takeoverSkewSeconds: 'SLOTGUARD_TAKEOVER_SKEW_SECONDS',
 } as const;
 
 /**

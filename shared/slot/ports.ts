@@ -57,12 +57,31 @@ export interface Delivery {
   readonly continuation?: boolean;
 }
 
+/**
+ * A run stops taking new effects a sixth of its lease before the lease ends by its own clock, unless
+ * told otherwise (RunOptions.leaseSafetyMarginMs): room for an effect already under way, and for
+ * every store call it makes to end before the lease does.
+ */
+export const LEASE_SAFETY_MARGIN_DIVISOR = 6;
+
+/** A lease's safety margin when none is set: a sixth of it (LEASE_SAFETY_MARGIN_DIVISOR), whole milliseconds. */
+export function defaultLeaseSafetyMarginMs(leaseMs: number): number {
+  return Math.floor(leaseMs / LEASE_SAFETY_MARGIN_DIVISOR);
+}
+
 /** What a claim asks for: the owner token, the lease and the record's retention. */
 export interface LeaseRequest {
   /** A token unique to this invocation (not to the event: duplicates repeat the event). */
   readonly owner: string;
   /** How long the lease lasts from the moment the request is sent. */
   readonly leaseMs: number;
+  /**
+   * How long before the lease ends the holder stops taking new effects. A store whose calls can
+   * hang (Postgres's client-side deadline) refuses a lease whose margin is shorter than its
+   * longest call, so a call under way when the margin begins ends before the lease does.
+   * @default defaultLeaseSafetyMarginMs(leaseMs): a sixth of the lease
+   */
+  readonly safetyMarginMs?: number;
   /** Failed runs allowed before the slot is marked FAILED. */
   readonly maxAttempts: number;
   /** Retention: the record's expiry, in epoch seconds, for the store's TTL. */

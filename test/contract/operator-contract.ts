@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { InvalidEventError } from '../../shared/errors.js';
 import type { OperatorStore } from '../../shared/slot/operator-ports.js';
 import type { Claim, ClaimStore, EffectLedger, LeaseRequest } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
@@ -70,6 +71,82 @@ export function describeOperatorContract(
   name: string,
   makeBackend: () => Promise<OperatorContractBackend>,
 ): void {
+  describe(`${name}: one rule for keys`, () => {
+    it('acts on the one slot of an instant however the operator spells its window', async () => {
+      const { claims, ledger, operator } = await makeBackend();
+      const slot = freshSlot();
+      const instant = Date.parse(slot.window);
+      // As the CLI's user may type them: ….000Z, +01:00, and a fraction the slot drops.
+      const [millis, plusOne, fraction] = [
+        new Date(instant).toISOString(),
+        `${new Date(instant + 3_600_000).toISOString().slice(0, 19)}+01:00`,
+        `${slot.window.slice(0, 19)}.4Z`,
+      ].map((window) => ({ jobId: slot.jobId, window })) as [Slot, Slot, Slot];
+      // A holder crashed with an effect reserved and never marked.
+      const crashed = await claim(claims, slot, 'crashed', T0);
+      await ledger.reserve(crashed, 'aa01', { rerunInDoubt: false, now: T0 });
+      const after = T0 + LEASE + 1;
+      expect(
+        await operator.forceRelease(millis, { expectedEpoch: 1, now: after, evenIfLeaseLive: false }),
+      ).toMatchObject({ kind: 'ok', record: { state: 'RELEASED', epoch: 1 } });
+      const next = await claim(claims, slot, 'next', after + 1);
+      expect(next.epoch).toBe(2);
+      expect(await ledger.reserve(next, 'aa01', { rerunInDoubt: false, now: after + 1 })).toEqual({
+        kind: 'in-doubt',
+        epoch: 1,
+      });
+      await claims.complete(next, summary(2, 1), after + 2);
+      expect(
+        await operator.resolveEffect(plusOne, 'aa01', 'done', { expectedEpoch: 2, now: after + 3 }),
+      ).toMatchObject({ kind: 'resolved', resolution: 'done', before: { state: 'RESERVED', epoch: 1 } });
+      expect(await ledger.read(slot, 'aa01')).toMatchObject({ state: 'DONE' });
+      expect(await operator.reopen(fraction, { expectedEpoch: 2, now: after + 4 })).toMatchObject({
+        kind: 'ok',
+        record: { state: 'RELEASED', epoch: 2 },
+      });
+      const third = await claim(claims, slot, 'third', after + 5);
+      await claims.release(
+        third,
+        { kind: 'stuck', reason: 'no progress in 3 consecutive runs', runsWithoutProgress: 3 },
+        after + 6,
+      );
+      expect(
+        await operator.redrive(millis, { expectedEpoch: 3, now: after + 7, deadline: FRESH_DEADLINE }),
+      ).toMatchObject({ kind: 'redriven', cleared: [], record: { state: 'RELEASED', epoch: 3 } });
+      // Every write landed on the slot the runs use, under its own key.
+      expect(await claims.read(slot)).toMatchObject({
+        state: 'RELEASED',
+        epoch: 3,
+        deadline: FRESH_DEADLINE,
+        runsWithoutProgress: 0,
+      });
+    });
+
+    it('refuses a job id or window that could make two slots one key, whichever write is asked', async () => {
+      const { operator } = await makeBackend();
+      const window = '2026-11-30T06:00:00Z';
+      const request = { expectedEpoch: 1, now: T0, deadline: FRESH_DEADLINE };
+      for (const slot of [
+        { jobId: 'a#2026-11-30T06:00:00Z', window },
+        { jobId: 'a', window: '2026-11-30T06:00:00Z#b' },
+        { jobId: 'Weekly', window },
+        { jobId: 'a', window: 'yesterday' },
+      ]) {
+        const writes = {
+          forceRelease: () => operator.forceRelease(slot, { ...request, evenIfLeaseLive: true }),
+          reopen: () => operator.reopen(slot, request),
+          resolveEffect: () => operator.resolveEffect(slot, 'aa01', 'clear', request),
+          redrive: () => operator.redrive(slot, request),
+        };
+        for (const [write, attempt] of Object.entries(writes)) {
+          await expect(attempt(), `${write} ${JSON.stringify(slot)}`).rejects.toBeInstanceOf(
+            InvalidEventError,
+          );
+        }
+      }
+    });
+  });
+
   describe(`${name}: releasing a slot`, () => {
     it('releases a slot whose holder crashed, so the next delivery claims it at the next epoch', async () => {
       const { claims, operator } = await makeBackend();

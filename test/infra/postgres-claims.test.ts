@@ -652,15 +652,17 @@ describe('PostgresClaims refuses props that cannot work, naming the construct, t
     );
   });
 
-  it('refuses a job whose lease is shorter than three times the backend’s longest session timeout (every claim would fail)', () => {
+  it('refuses a job whose lease is too short for its client-side deadline to fit its safety margin (every claim would fail)', () => {
+    // 20 s is three session timeouts, but its margin (a sixth) is shorter than the 5 s deadline.
     const error = validationError((stack, vpc) =>
-      addJob(stack, new PostgresClaims(stack, 'Claims', props(vpc)), { leaseSeconds: 10 }),
+      addJob(stack, new PostgresClaims(stack, 'Claims', props(vpc)), { leaseSeconds: 20 }),
     );
     expect(error.prop).toBe('job.leaseSeconds');
     expect(error.constructPath).toBe('Test/job');
     expect(error.message).toBe(
-      "ScheduledJob 'Test/job': job.leaseSeconds is 10, shorter than the Postgres backend's minimum of 15 (three " +
-        'times its longest session timeout, 5000 ms): every claim would be refused; set job.leaseSeconds to 15 or more',
+      "ScheduledJob 'Test/job': job.leaseSeconds is 20, shorter than the Postgres backend's minimum of 30 (its " +
+        "client-side deadline, 5000 ms, must fit in the run's safety margin, a sixth of the lease, and the lease must " +
+        'be three times its longest session timeout): every claim would be refused; set job.leaseSeconds to 30 or more',
     );
   });
 });

@@ -158,6 +158,19 @@ describe('ScheduledJob refuses props that cannot work, naming the construct, the
     expect(error.message).toBe(`ScheduledJob 'Test/job': ${message}`);
   });
 
+  it.each([
+    [{ takeoverSkewSeconds: 60 }, 'job.takeoverSkewSeconds is number 60'],
+    [{ takeoverSkewSeconds: -1 }, 'job.takeoverSkewSeconds is number -1'],
+    [{ takeoverSkewSeconds: 0.0005 }, 'job.takeoverSkewSeconds is number 0.0005'],
+  ] as const)('refuses a takeover skew allowance a run cannot use: %j', (overrides, value) => {
+    const error = validationError((stack) => addJob(stack, 'job', jobSpec(overrides)));
+    expect(error.prop).toBe('job.takeoverSkewSeconds');
+    expect(error.message).toBe(
+      `ScheduledJob 'Test/job': ${value}; set seconds (to the millisecond) from 0 to less than job.leaseSeconds ` +
+        '(60), or leave it out for 2',
+    );
+  });
+
   it('refuses retry attempts outside what Scheduler allows', () => {
     const error = validationError((stack) => addJob(stack, 'job', jobSpec(), { retry: { attempts: 500 } }));
     expect(error.prop).toBe('retry.attempts');
@@ -572,6 +585,18 @@ describe('ScheduledJob: shards', () => {
     expect(eventSourceOf(stack, single).ScalingConfig).toEqual({ MaximumConcurrency: 2 });
     expect(eventSourceOf(stack, two).ScalingConfig).toEqual({ MaximumConcurrency: 2 });
     expect(eventSourceOf(stack, wide).ScalingConfig).toEqual({ MaximumConcurrency: 12 });
+  });
+
+  it('tells the runtime the takeover skew allowance: 2 s by default, a sixth of a short lease, or as set', () => {
+    const stack = stackWithoutBundling();
+    const plain = addJob(stack, 'plain', jobSpec({ id: 'plain' }));
+    const short = addJob(stack, 'short', jobSpec({ id: 'short', leaseSeconds: 9 }));
+    const skewed = addJob(stack, 'skewed', jobSpec({ id: 'skewed', takeoverSkewSeconds: 12.5 }));
+    const variables = (job: ScheduledJob) => resourceOf(stack, job.function).Properties.Environment.Variables;
+    expect(variables(plain)[RuntimeEnv.takeoverSkewSeconds]).toBe('2');
+    expect(variables(short)[RuntimeEnv.takeoverSkewSeconds]).toBe('1.5');
+    expect(variables(skewed)[RuntimeEnv.takeoverSkewSeconds]).toBe('12.5');
+    expect(skewed.job.takeoverSkewSeconds).toBe(12.5);
   });
 
   it('adds no resource, no grant and no recursion allowance: the fan-out is a send to its own queue', () => {

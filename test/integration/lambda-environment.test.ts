@@ -108,6 +108,25 @@ describe('a configuration that cannot work', () => {
     ['SLOTGUARD_DEADLINE_SECONDS', '30', 'a whole number of seconds, at least 60 (or leave it unset)'],
     ['SLOTGUARD_DEADLINE_SECONDS', '6h', 'a whole number of seconds, at least 60 (or leave it unset)'],
     ['SLOTGUARD_WORK_QUEUE_URL', 'weekly-report-work', "set the queue's URL"],
+    ['SLOTGUARD_SHARDS', '0', 'a whole number of shards, from 1 to 1000 (default 1)'],
+    ['SLOTGUARD_SHARDS', '2.5', 'a whole number of shards, from 1 to 1000 (default 1)'],
+    ['SLOTGUARD_SHARDS', '1001', 'a whole number of shards, from 1 to 1000 (default 1)'],
+    [
+      'SLOTGUARD_TAKEOVER_SKEW_SECONDS',
+      'two',
+      'from 0 to less than the lease (SLOTGUARD_LEASE_SECONDS, 60), or leave it unset for 2',
+    ],
+    [
+      'SLOTGUARD_TAKEOVER_SKEW_SECONDS',
+      '-1',
+      'from 0 to less than the lease (SLOTGUARD_LEASE_SECONDS, 60), or leave it unset for 2',
+    ],
+    [
+      'SLOTGUARD_TAKEOVER_SKEW_SECONDS',
+      '60',
+      'from 0 to less than the lease (SLOTGUARD_LEASE_SECONDS, 60), or leave it unset for 2',
+    ],
+    ['SLOTGUARD_TAKEOVER_SKEW_SECONDS', '0.0005', 'a number of seconds (to the millisecond)'],
   ])(
     '%s=%s fails the cold start, naming the variable, and never claims a window',
     async (name, value, fix) => {
@@ -132,6 +151,49 @@ describe('a configuration that cannot work', () => {
     expect((fired.initError as Error).message).toMatch(
       /neither SLOTGUARD_EFFECT_KEY_SECRET_ARN nor SLOTGUARD_EFFECT_KEY_SECRET is set/,
     );
+  });
+});
+
+describe('the takeover skew allowance a job sets (SLOTGUARD_TAKEOVER_SKEW_SECONDS)', () => {
+  /** A window whose holder crashed: its 60 s lease ended 5 s ago by this machine's clock. */
+  async function crashedWindow(env: Env & { SLOTGUARD_TABLE_NAME: string }) {
+    const scheduledTime = window();
+    const slot = { jobId: 'weekly-report', window: scheduledTime };
+    const claimedAt = Date.now() - 65_000;
+    const claims = testBackend(dynamo.client(), env.SLOTGUARD_TABLE_NAME).claims;
+    const crashed = await claims.claim(
+      slot,
+      {
+        owner: 'crashed',
+        leaseMs: 60_000,
+        maxAttempts: 3,
+        expiresAtSeconds: Math.ceil(claimedAt / 1000) + 35 * 86_400,
+        deadline: claimedAt + 6 * 3_600_000,
+        delivery: {},
+      },
+      claimedAt,
+    );
+    expect(crashed).toMatchObject({ kind: 'claimed' });
+    return { event: { jobId: 'weekly-report', scheduledTime, attemptNumber: '1' }, claims, slot };
+  }
+
+  it('waits out the allowance it is given before taking over a crashed run, where the 2 s default would not', async () => {
+    const patient = await environment({ SLOTGUARD_TAKEOVER_SKEW_SECONDS: '10' });
+    const held = await crashedWindow(patient);
+    const waited = await coldStartAndFire(patient, held.event);
+    expect(waited.result).toMatchObject({
+      status: 'duplicate',
+      outcome: { kind: 'held', holder: 'crashed' },
+    });
+    expect(waited.sender.total).toBe(0);
+    expect(await held.claims.read(held.slot)).toMatchObject({ state: 'RUNNING', owner: 'crashed', epoch: 1 });
+
+    // The same crash with the variable unset: 5 s past the lease is past the default allowance.
+    const byDefault = await environment();
+    const taken = await crashedWindow(byDefault);
+    const tookOver = await coldStartAndFire(byDefault, taken.event);
+    expect(tookOver.result).toMatchObject({ status: 'completed', epoch: 2, summary: { done: 25 } });
+    expect(tookOver.sender.total).toBe(25);
   });
 });
 

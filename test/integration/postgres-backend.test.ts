@@ -14,6 +14,7 @@ import {
   SCHEMA_VERSION,
 } from '../../shared/backends/postgres/index.js';
 import { resolveTimeouts } from '../../shared/backends/postgres/postgres-executor.js';
+import { shortestLeaseMs } from '../../shared/backends/postgres/postgres-settings.js';
 import { beginTransaction, sqlFor } from '../../shared/backends/postgres/sql.js';
 import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import type { EmailSender } from '../../shared/effects/email-sender.js';
@@ -773,16 +774,22 @@ describe('Postgres backend: schema, timeouts and operations', () => {
   it('refuses a lease too short for its timeouts, and a connection scope the pool does not honour', async () => {
     const schema = await postgres.freshSchema();
     const backend = postgres.backend(schema);
+    // The default 5 s deadline needs a 30 s lease (a sixth of it is the margin), whatever three of it would say.
     await expect(
       backend.claims.claim(freshSlot(), lease('a', { leaseMs: 10_000 }), Date.now()),
-    ).rejects.toThrow(/use a lease of at least 15000 ms/);
+    ).rejects.toThrow(/use a lease of at least 30000 ms/);
+    // A short deadline fits a 10 s lease's margin, but the server's 5 s limits still need three of them.
+    const quick = postgres.backend(schema, { timeouts: { deadlineMs: 1_000 } });
+    await expect(
+      quick.claims.claim(freshSlot(), lease('a', { leaseMs: 10_000 }), Date.now()),
+    ).rejects.toThrow(/allow a single operation to take 5000 ms; use a lease of at least 15000 ms/);
     const unconfigured = postgres.backend(schema, { timeouts: { scope: 'connection' } });
     await expect(unconfigured.claims.claim(freshSlot(), lease('a'), Date.now())).rejects.toThrow(
       /create the pool with createPostgresPool\(\{ timeouts \}\)/,
     );
   });
 
-  it('refuses a client-side deadline out of range, a lease shorter than three deadlines, and a pool that would wait forever to connect', async () => {
+  it('refuses a client-side deadline out of range, one longer than the lease’s safety margin, and a pool that would wait forever to connect', async () => {
     const schema = await postgres.freshSchema();
     expect(() => postgres.backend(schema, { timeouts: { deadlineMs: 0 } })).toThrow(
       'timeouts.deadlineMs is 0; use whole milliseconds from 100 to 600000',
@@ -790,9 +797,10 @@ describe('Postgres backend: schema, timeouts and operations', () => {
     // Unset, the deadline is the longest of the server limits, so it never lowers the shortest lease.
     expect(resolveTimeouts().deadlineMs).toBe(5_000);
     expect(resolveTimeouts({ statementMs: 7_000 }).deadlineMs).toBe(7_000);
+    expect(shortestLeaseMs(resolveTimeouts())).toBe(30_000);
     const slow = postgres.backend(schema, { timeouts: { deadlineMs: 8_000 } });
     await expect(slow.claims.claim(freshSlot(), lease('a', { leaseMs: 20_000 }), Date.now())).rejects.toThrow(
-      /allow a single operation to take 8000 ms; use a lease of at least 24000 ms/,
+      /the run's lease safety margin is 3333 ms \(a sixth of the 20000 ms lease\).*use a lease of at least 48000 ms/,
     );
 
     expect(() => postgres.pool({ connectionTimeoutMs: 0 })).toThrow(
@@ -801,6 +809,52 @@ describe('Postgres backend: schema, timeouts and operations', () => {
     // A pool's connect is bounded by the deadline unless told otherwise.
     expect(postgres.pool().options.connectionTimeoutMillis).toBe(5_000);
     expect(postgres.pool({ timeouts: { deadlineMs: 800 } }).options.connectionTimeoutMillis).toBe(800);
+  });
+
+  it('refuses an 8 s deadline with a 24 s lease, whose safety margin is 4 s: three deadlines are not enough', async () => {
+    const schema = await postgres.freshSchema();
+    const slow = postgres.backend(schema, { timeouts: { deadlineMs: 8_000 } });
+    const slot = freshSlot();
+    const refused = slow.claims.claim(slot, lease('a', { leaseMs: 24_000 }), Date.now());
+    await expect(refused).rejects.toBeInstanceOf(ConfigurationError);
+    await expect(refused).rejects.toMatchObject({
+      setting: 'timeouts.deadlineMs',
+      message:
+        "timeouts.deadlineMs is 8000 but the run's lease safety margin is 4000 ms (a sixth of the 24000 ms lease): " +
+        'a call still under way when the run stops taking new effects could outlast the lease; lower ' +
+        'timeouts.deadlineMs to 4000 or less, or use a lease of at least 48000 ms',
+    });
+    expect(await slow.claims.read(slot)).toBeUndefined();
+    // The lease it names is taken.
+    expect(await slow.claims.claim(slot, lease('a', { leaseMs: 48_000 }), Date.now())).toMatchObject({
+      kind: 'claimed',
+      claim: { epoch: 1 },
+    });
+  });
+
+  it('refuses a run whose own safety margin is shorter than the deadline, before it claims the window', async () => {
+    const schema = await postgres.freshSchema();
+    const backend = postgres.backend(schema);
+    const sender = new CountingSender();
+    const { handler } = testHandler(
+      weeklyReportJob({ customers: () => syntheticCustomers(3), sender }),
+      backend,
+      {
+        clock: new ManualClock(WINDOW_MS + 500),
+        run: { leaseMs: LEASE, leaseSafetyMarginMs: 4_000 },
+      },
+    );
+    const run = handler(schedulerEvent(JOB, WINDOW));
+    await expect(run).rejects.toMatchObject({
+      setting: 'timeouts.deadlineMs',
+      message: expect.stringContaining(
+        "timeouts.deadlineMs is 5000 but the run's lease safety margin is 4000 ms (leaseSafetyMarginMs, of a " +
+          '60000 ms lease)',
+      ),
+    });
+    await expect(run).rejects.toThrow(/or raise leaseSafetyMarginMs to 5000/);
+    expect(await backend.claims.read({ jobId: JOB, window: WINDOW })).toBeUndefined();
+    expect(sender.total).toBe(0);
   });
 
   it('purges slots and effects past their retention and keeps the rest', async () => {

@@ -19,7 +19,7 @@ import {
   type ResolveEffectOutcome,
 } from '../../slot/operator-ports.js';
 import { type EffectRecord, EffectState, type SlotRecord, SlotState } from '../../slot/ports.js';
-import type { Slot } from '../../slot/slot.js';
+import { canonicalSlot, type Slot } from '../../slot/slot.js';
 import { summaryWithEffectDone } from '../../slot/window-summary.js';
 import { num, str } from './attribute-values.js';
 import { SlotAttribute as A, DynamoClaimStore } from './dynamodb-claim-store.js';
@@ -41,7 +41,9 @@ const FX = { state: 'state', epoch: 'epoch', owner: 'owner', attempts: 'attempts
  * The operator's writes on the DynamoDB claims table: each one conditional UpdateItem or DeleteItem,
  * fenced on the epoch the operator read. A refused write is answered with the record as it is now.
  * Nothing here needs a transaction (dynalite, the test server, has none): where two items change,
- * the order is chosen so that a crash between the writes never makes an effect run twice.
+ * the order is chosen so that a crash between the writes never makes an effect run twice. Every
+ * write takes its slot as the runtime's ports do (canonicalSlot): one instant however its window is
+ * spelled, and no job id or window that could make two slots one key.
  */
 export class DynamoOperatorStore implements OperatorStore {
   readonly #client: DynamoDBClient;
@@ -67,6 +69,7 @@ export class DynamoOperatorStore implements OperatorStore {
    * the holder at epoch 3 is then fenced at its next renewal, mark or completion.
    */
   async forceRelease(slot: Slot, request: ReleaseRequest): Promise<OperatorWriteOutcome> {
+    slot = canonicalSlot(slot);
     const releasable = request.evenIfLeaseLive
       ? '(#state = :running OR #state = :failed OR #state = :stuck)'
       : '(#state = :failed OR #state = :stuck OR (#state = :running AND #leaseUntil < :now))';
@@ -98,6 +101,7 @@ export class DynamoOperatorStore implements OperatorStore {
    *       performs the ones cleared
    */
   async reopen(slot: Slot, request: OperatorRequest): Promise<OperatorWriteOutcome> {
+    slot = canonicalSlot(slot);
     return this.#slotWrite(slot, request, {
       action: 'reopened',
       update: givingBack(request, { rewalk: true }),
@@ -123,6 +127,7 @@ export class DynamoOperatorStore implements OperatorStore {
    * was performed, so performing it at t4 is its first time.
    */
   async redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome> {
+    slot = canonicalSlot(slot);
     const guard = await this.#slotWrite(slot, request, noLiveRun(request, 'redrive'));
     if (guard.kind === 'absent') return guard;
     if (guard.kind === 'refused') return { ...guard, cleared: [] };
@@ -170,6 +175,7 @@ export class DynamoOperatorStore implements OperatorStore {
     resolution: EffectResolution,
     request: OperatorRequest,
   ): Promise<ResolveEffectOutcome> {
+    slot = canonicalSlot(slot);
     const guard = await this.#slotWrite(
       slot,
       request,

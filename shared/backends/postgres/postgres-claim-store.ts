@@ -15,7 +15,7 @@ import type {
   WindowFinish,
   WindowSummary,
 } from '../../slot/ports.js';
-import { SlotState } from '../../slot/ports.js';
+import { defaultLeaseSafetyMarginMs, SlotState } from '../../slot/ports.js';
 import {
   assertShard,
   canonicalClaim,
@@ -33,6 +33,7 @@ import {
   type TransactionQuery,
 } from './postgres-executor.js';
 import { advisoryLockKey, assertOwner, storableText } from './postgres-keys.js';
+import { shortestLeaseMs } from './postgres-settings.js';
 import type { SlotguardSql, SlotRowSql } from './sql.js';
 
 /**
@@ -184,7 +185,7 @@ export class PostgresClaimStore implements ClaimStore {
     assertOwner(lease.owner);
     assertDeadline(lease.deadline);
     if (slot.shard === undefined && lease.shards !== undefined) assertSplit(lease.shards, 'lease.shards');
-    this.#assertLeaseOutlastsTimeouts(lease.leaseMs);
+    this.#assertLeaseOutlastsTimeouts(lease);
     const key = advisoryLockKey(slot).toString();
     const at = this.#now(now);
     const takeoverBefore = this.#leaseClock === 'caller' ? new Date(now - (lease.takeoverSkewMs ?? 0)) : null;
@@ -446,13 +447,40 @@ export class PostgresClaimStore implements ClaimStore {
     return slot.shard === undefined ? this.#sql : this.#sql.shard;
   }
 
-  #assertLeaseOutlastsTimeouts(leaseMs: number): void {
+  /**
+   * A claim's lease must outlast what one call can take. The client-side deadline must fit in the
+   * run's safety margin: a call still under way when the holder stops taking new effects (the
+   * margin before its lease ends) is then given up before the lease ends, so a frozen server cannot
+   * keep a run past its lease. And the lease must be three times the longest limit, so a stuck
+   * statement or a frozen client's locks end while it still holds.
+   */
+  #assertLeaseOutlastsTimeouts(lease: LeaseRequest): void {
+    const { leaseMs } = lease;
+    const { deadlineMs } = this.#timeouts;
     const longest = longestTimeout(this.#timeouts);
+    const shortest = shortestLeaseMs(this.#timeouts);
+    const marginMs = lease.safetyMarginMs ?? defaultLeaseSafetyMarginMs(leaseMs);
+    if (Number.isFinite(leaseMs) && deadlineMs > marginMs) {
+      const [margin, fix] =
+        lease.safetyMarginMs === undefined
+          ? [`a sixth of the ${leaseMs} ms lease`, `or use a lease of at least ${shortest} ms`]
+          : [
+              `leaseSafetyMarginMs, of a ${leaseMs} ms lease`,
+              `or raise leaseSafetyMarginMs to ${deadlineMs}`,
+            ];
+      throw new ConfigurationError(
+        'timeouts.deadlineMs',
+        `timeouts.deadlineMs is ${deadlineMs} but the run's lease safety margin is ${marginMs} ms (${margin}): a call ` +
+          'still under way when the run stops taking new effects could outlast the lease; lower timeouts.deadlineMs ' +
+          `to ${marginMs} or less, ${fix}`,
+      );
+    }
     if (!Number.isFinite(leaseMs) || leaseMs < 3 * longest) {
+      const least = lease.safetyMarginMs === undefined ? shortest : 3 * longest;
       throw new ConfigurationError(
         'leaseMs',
         `leaseMs is ${leaseMs} but the Postgres timeouts (the server's limits and the client-side deadline) allow ` +
-          `a single operation to take ${longest} ms; use a lease of at least ${3 * longest} ms or lower timeouts, ` +
+          `a single operation to take ${longest} ms; use a lease of at least ${least} ms or lower timeouts, ` +
           'so a stuck statement or a frozen server is given up on while the lease still holds',
       );
     }

@@ -40,9 +40,10 @@ export interface PostgresTimeouts {
    * is enforced here. When it passes, the call fails with a StoreError naming the operation, the
    * slot and the deadline, and its connection is destroyed, never returned to the pool: a
    * transaction whose COMMIT had not been sent then rolls back when the server finds the connection
-   * gone, so it cannot commit after the server thaws. Keep it within the run's lease safety margin
-   * (a sixth of the lease: 10 s of the default 60 s), so a call that hangs ends before the lease
-   * does; a claim refuses a lease shorter than three times it, as for the limits above. It counts
+   * gone, so it cannot commit after the server thaws. It must fit in the run's lease safety margin
+   * (a sixth of the lease unless leaseSafetyMarginMs sets it: 10 s of the default 60 s), so a call
+   * that hangs ends before the lease does: a claim whose margin is shorter is refused, naming the
+   * values (shortestLeaseMs gives the shortest lease these timeouts allow). It counts
    * this process's running time: a replica stopped or stalled mid-call (SIGSTOP, a paused VM, a long
    * GC) reads a reply that arrived meanwhile instead of giving up on it when it runs again.
    * @default the longest of statementMs, lockMs and idleInTransactionMs (5_000)

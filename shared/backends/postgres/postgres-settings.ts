@@ -1,4 +1,5 @@
 import { ConfigurationError } from '../../errors.js';
+import { LEASE_SAFETY_MARGIN_DIVISOR } from '../../slot/ports.js';
 import { describe } from '../../slot/slot.js';
 import type { ResolvedTimeouts } from './postgres-executor.js';
 
@@ -33,3 +34,15 @@ export const DEFAULT_TIMEOUTS: ResolvedTimeouts = {
   deadlineMs: 5_000,
   scope: 'transaction',
 };
+
+/**
+ * The shortest lease a claim accepts with these timeouts, when the run's safety margin is its
+ * default (a sixth of the lease): the client-side deadline must fit in the margin, so a call that
+ * hangs when the holder stops taking new effects is given up before the lease ends; and the lease
+ * must be three times the longest server limit, so a stuck statement or a frozen client's locks end
+ * while it still holds. With the defaults (5 s each) that is 30 s.
+ */
+export function shortestLeaseMs(timeouts: ResolvedTimeouts): number {
+  const longestServerLimit = Math.max(timeouts.statementMs, timeouts.lockMs, timeouts.idleInTransactionMs);
+  return Math.max(3 * longestServerLimit, LEASE_SAFETY_MARGIN_DIVISOR * timeouts.deadlineMs);
+}
