@@ -36,8 +36,16 @@ function oneFurther(checkpoint: Checkpoint): Checkpoint {
   return { ...checkpoint, positions };
 }
 
+/**
+ * The seed every broken variant is searched with: a fixed one, so the invariant that catches each
+ * variant first is the same on every run (with a random seed, another invariant sometimes trips
+ * first and fails a test whose expected message names the one guarding the variant). SIM_SEED
+ * explores others.
+ */
+const SEED = process.env.SIM_SEED !== undefined ? Number(process.env.SIM_SEED) : 20_261_201;
+
 async function counterexample(variant: WorldVariant): Promise<string> {
-  const report = await checkSimulation({ variant, numRuns: BUDGET, endOnFailure: true });
+  const report = await checkSimulation({ variant, numRuns: BUDGET, endOnFailure: true, seed: SEED });
   expect(report.failure, `no counterexample in ${report.details.numRuns} cases`).toBeDefined();
   console.info(`found after ${report.details.numRuns} cases (seed ${report.details.seed})`);
   return report.failure ?? '';
