@@ -34,8 +34,10 @@ describe('a handler configured from the environment the construct sets', () => {
       SLOTGUARD_LEASE_SECONDS: '90',
       DYNAMODB_ENDPOINT: dynamo.endpoint,
     });
-    const first = await handler({ jobId: 'weekly-report', scheduledTime: window(), attemptNumber: '1' });
-    const second = await handler({ jobId: 'weekly-report', scheduledTime: window(), attemptNumber: '2' });
+    // One window for both fires: read twice, the minute could turn between them.
+    const scheduledTime = window();
+    const first = await handler({ jobId: 'weekly-report', scheduledTime, attemptNumber: '1' });
+    const second = await handler({ jobId: 'weekly-report', scheduledTime, attemptNumber: '2' });
     const emf = stdout.mock.calls
       .map(([chunk]) => String(chunk))
       .filter((line) => line.includes('"CloudWatchMetrics"'))
