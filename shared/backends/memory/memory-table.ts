@@ -40,6 +40,8 @@ export interface SlotItem {
   /** A window's split, set by its first claim; and the shards finished so far (a set). */
   readonly shards?: number;
   readonly finishedShards?: readonly number[];
+  /** Every epoch's done marks as JSON: written by checkpoints, kept by everything else. */
+  readonly doneMarks?: string;
 }
 
 /** An effect item, as the DynamoDB adapter writes it. */
@@ -58,6 +60,8 @@ export interface EffectItem {
   readonly reservedAt?: number;
   /** What the provider said of this reservation's message. */
   readonly provider?: ProviderWord;
+  /** The reserving run's sequence number, which its done marks cover. */
+  readonly seq?: number;
 }
 
 /** The port operation a write belongs to: the audit judges each write by it. */
@@ -147,6 +151,18 @@ export class MemoryTable {
     this.#version++;
     this.audit.slotWritten(write, current, next, this.#version);
     return { committed: true, old: current };
+  }
+
+  /** The slot items of a window (its own and its shards'), as one DynamoDB query of its partition reads them. */
+  windowSlots(slot: Slot): [number | undefined, SlotItem][] {
+    const found: [number | undefined, SlotItem][] = [];
+    const prefix = `${windowKey(slot)}/`;
+    for (const [key, item] of this.#slots) {
+      if (!key.startsWith(prefix)) continue;
+      const sortKey = key.slice(prefix.length);
+      found.push([sortKey.startsWith('shard#') ? Number(sortKey.slice('shard#'.length)) : undefined, item]);
+    }
+    return found;
   }
 
   getEffect(slot: Slot, keyHash: string): EffectItem | undefined {
