@@ -17,6 +17,7 @@ import {
   sourceName,
   WalkWatermark,
 } from '../effects/resumable-source.js';
+import { RunMarks } from '../effects/run-marks.js';
 import { ConfigurationError, InvalidEventError, StoreError } from '../errors.js';
 import {
   type Claim,
@@ -109,9 +110,13 @@ export interface RunOptions {
    * @default no grace period; effects still in doubt after the words are applied are reported
    */
   readonly inDoubtResolution?: InDoubtResolution;
-  /** @default 25 */
+  /**
+   * The run writes its done marks (with its checkpoint) once this many effects were performed since
+   * the last write: a crash leaves at most this many performed effects, plus those in flight, in doubt.
+   * @default 25
+   */
   readonly markBatchSize?: number;
-  /** @default 1_000 */
+  /** …or this long after an effect was performed, whichever comes first. @default 1_000 */
   readonly markFlushMs?: number;
   /**
    * How long after its scheduled time (or its first claim, if that came later: a backfill) a window
@@ -390,6 +395,7 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     args.options?.stopMarginMs ??
     (remaining ? Math.min(o.stopMarginMs, Math.floor(remaining() / 4)) : o.stopMarginMs);
   let checkpointer: Checkpointer | undefined;
+  const marks = new RunMarks();
   const effects = new EffectRunner({
     claim,
     ledger: backend.ledger,
@@ -406,20 +412,22 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     inDoubtPolicy: o.inDoubtPolicy,
     retry: o.effectRetry,
     failureStreakLimit: o.failureStreakLimit,
-    markBatchSize: o.markBatchSize,
-    markFlushMs: o.markFlushMs,
+    marks,
     onEffectError: (keyHash, error) =>
       log.warn('effect did not complete', {
         window: slot.window,
         effect: keyHash,
         error: safeErrorText(error),
       }),
-    onMarksDurable: (keyHashes) => checkpointer?.marked(keyHashes),
+    onPerformed: () => checkpointer?.performed(),
   });
   checkpointer = new Checkpointer({
     store: backend.claims,
     claim,
     clock,
+    marks,
+    everyPerformed: o.markBatchSize,
+    performedWithinMs: o.markFlushMs,
     progress: () => effects.summary(),
     onFenced: (message) => lease.fence(message),
   });
@@ -438,7 +446,6 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
   }
   // A job's own stray work (a `once` it did not await) reserves nothing once the run is finishing.
   effects.close();
-  await effects.settle();
   await checkpointer.stop();
   lease.stop();
   return finish(run, jobError);
@@ -1107,7 +1114,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
   if (resolved.markBatchSize < 1 || resolved.markBatchSize > 25) {
     throw new ConfigurationError(
       'markBatchSize',
-      `markBatchSize is ${resolved.markBatchSize}; use 1 to 25 (BatchWriteItem's limit)`,
+      `markBatchSize is ${resolved.markBatchSize}; use 1 to 25 (a crash leaves up to this many performed effects in doubt)`,
     );
   }
   if (!(resolved.takeoverSkewMs >= 0) || resolved.takeoverSkewMs >= leaseMs) {
