@@ -24,6 +24,9 @@ export type EffectResult =
   /** Not this pass's concern: a retry pass passes by every effect that is not due. */
   | 'passed';
 
+/** What a reservation came to, as the step that performs its effect (or reports why it will not). */
+export type EffectStep = (perform: (signal: AbortSignal) => Promise<void>) => Promise<EffectResult>;
+
 /** What to do with an effect an earlier epoch reserved and never marked done. */
 export const InDoubtPolicy = {
   /** Report it and leave it (the default: an email may already have gone). */
@@ -188,20 +191,34 @@ export class EffectRunner {
     keyHash: string | undefined,
     perform: (signal: AbortSignal) => Promise<void>,
   ): Promise<EffectResult> {
+    return (await this.reserveHashed(keyHash))(perform);
+  }
+
+  /**
+   * The first half of onceHashed: reserves the effect now and answers the step that performs it
+   * (or reports what the reservation came to). A run reserving ahead calls this for its next effect
+   * while the current one is being performed; the step must then be taken, or the reservation
+   * stays in doubt.
+   */
+  async reserveHashed(keyHash: string | undefined): Promise<EffectStep> {
+    const now = (result: EffectResult | Promise<EffectResult>): EffectStep => {
+      const settled = Promise.resolve(result);
+      return () => settled;
+    };
     if (this.#closed || this.stopping()) {
       this.#notAttempted++;
-      return 'stopped';
+      return now('stopped');
     }
-    if (keyHash === undefined) return this.#invalidKey();
-    if (this.#only && !this.#only.has(keyHash)) return 'passed';
+    if (keyHash === undefined) return now(this.#invalidKey());
+    if (this.#only && !this.#only.has(keyHash)) return now('passed');
     if (this.#unsettled.has(keyHash)) {
       // A retry pass meeting a key this run already handled (found in doubt, or still settling):
       // counted once already, and not this pass's to retry; a later run's retry pass retries it.
-      if (this.#only) return 'passed';
+      if (this.#only) return now('passed');
       // The same key again in this run: already handled here.
       this.#skipped++;
       this.#o.metrics.count(MetricName.EffectSkipped);
-      return 'skipped';
+      return now('skipped');
     }
     this.#unsettled.add(keyHash);
     const seq = this.#o.marks.take();
@@ -221,7 +238,7 @@ export class EffectRunner {
       this.#stopReason ??= 'store-error';
       this.#notAttempted++;
       this.#o.onEffectError?.(keyHash, error);
-      return 'stopped';
+      return now('stopped');
     }
     // A key in doubt stays remembered, so a second occurrence is not counted in doubt twice.
     if (reservation.kind !== 'reserved' && reservation.kind !== 'in-doubt') this.#unsettled.delete(keyHash);
@@ -231,25 +248,27 @@ export class EffectRunner {
       case 'done':
         this.#skipped++;
         this.#o.metrics.count(MetricName.EffectSkipped);
-        return 'skipped';
+        return now('skipped');
       case 'in-doubt':
         this.#recordInDoubt(keyHash);
-        return 'in-doubt';
+        return now('in-doubt');
       case 'fenced':
         this.#stopReason = 'lease-lost';
         this.#notAttempted++;
-        return 'stopped';
+        return now('stopped');
       case 'retry-later':
         this.#countRetrying(reservation.retryAt);
-        return 'retrying';
+        return now('retrying');
       case 'failed':
         this.#countFailed(keyHash);
-        return 'failed';
+        return now('failed');
       case 'elsewhere':
         // Another shard's to perform or report: this shard passes it by, uncounted.
-        return 'passed';
-      case 'reserved':
-        return this.#perform(keyHash, seq, reservation.attempt, perform);
+        return now('passed');
+      case 'reserved': {
+        const { attempt } = reservation;
+        return (perform) => this.#perform(keyHash, seq, attempt, perform);
+      }
       default:
         return assertNever(reservation);
     }

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock.js';
-import { drainConcurrently } from '../effects/concurrent-drain.js';
+import { drainAhead, drainConcurrently, type TwoStep } from '../effects/concurrent-drain.js';
 import type { EffectKeyHasher, EffectKeyRing } from '../effects/effect-key.js';
 import {
   DEFAULT_EFFECT_RETRY,
   type EffectRetryPolicy,
   EffectRunner,
+  type EffectStep,
   InDoubtPolicy,
   type StopReason,
 } from '../effects/effect-runner.js';
@@ -149,6 +150,14 @@ export interface RunOptions {
    * @default 1
    */
   readonly shards?: number;
+  /**
+   * Each effect worker reserves its next effect while its current one is being performed, so the
+   * reservation's round trip hides behind the send before it. A crash then leaves up to one more
+   * effect per worker reserved and never performed: reported in doubt (or settled as never accepted
+   * from the provider's word, where that is recorded). docs/design.md, "Reserving ahead".
+   * @default false
+   */
+  readonly reserveAhead?: boolean;
   /**
    * Consecutive failures of one kind (a refusal reason, or an unknown error) that stop a run: the
    * provider is failing, and asking it 12,400 times helps nobody.
@@ -977,22 +986,41 @@ function jobContext(run: RunState): JobContext {
       assertConcurrency(concurrency, 'onceEach concurrency');
       const mine = shard && options.split !== 'source' ? keyHashInShard(shard) : () => true;
       if (!isResumable(items)) {
-        await drainConcurrently(
-          items,
-          concurrency,
-          (item) => {
+        await drainEffects(run, items, concurrency, {
+          prepare: async (item) => {
             const keyHash = effects.hashOf(options.key(item));
-            return mine(keyHash)
-              ? effects.onceHashed(keyHash, (signal) => effect(item, signal))
-              : Promise.resolve();
+            return mine(keyHash) ? effects.reserveHashed(keyHash) : passedBy;
           },
-          () => effects.stopping(),
-        );
+          finish: (item, step) => step((signal) => effect(item, signal)),
+        });
         return;
       }
       await walkResumable(run, items, options.key, concurrency, effect, mine);
     },
   };
+}
+
+/** The step of an effect that is not this run's (another shard's key). */
+const passedBy: EffectStep = async () => 'passed';
+
+/**
+ * Drains items through the runner, one reservation ahead per worker when the run reserves ahead
+ * (RunOptions.reserveAhead): the next effect is reserved while the current one is performed.
+ */
+function drainEffects<T, P>(
+  run: RunState,
+  items: AsyncIterable<T> | Iterable<T>,
+  concurrency: number,
+  steps: TwoStep<T, P>,
+): Promise<void> {
+  const stop = () => run.effects.stopping();
+  if (run.o.reserveAhead) return drainAhead(items, concurrency, steps, stop);
+  return drainConcurrently(
+    items,
+    concurrency,
+    async (item) => steps.finish(item, await steps.prepare(item)),
+    stop,
+  );
 }
 
 /**
@@ -1013,20 +1041,19 @@ async function walkResumable<T>(
   const start = checkpointer.startOf(name);
   const watermark = new WalkWatermark(start);
   checkpointer.track(name, watermark);
-  await drainConcurrently(
-    source.read(start),
-    concurrency,
-    async (item) => {
+  await drainEffects(run, source.read(start), concurrency, {
+    prepare: async (item) => {
+      // Pulled in order: the watermark numbers items as the source yields them.
       const seq = watermark.pulled(source.position(item));
       const keyHash = effects.hashOf(key(item));
-      const result = mine(keyHash)
-        ? await effects.onceHashed(keyHash, (signal) => effect(item, signal))
-        : 'passed';
+      return { seq, keyHash, step: mine(keyHash) ? await effects.reserveHashed(keyHash) : passedBy };
+    },
+    finish: async (item, { seq, keyHash, step }) => {
+      const result = await step((signal) => effect(item, signal));
       watermark.settled(seq, keyHash, result);
       checkpointer.settled();
     },
-    () => effects.stopping(),
-  );
+  });
   if (start === undefined || effects.stopping()) return;
   let due: ReadonlySet<string>;
   try {
@@ -1079,6 +1106,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
     failureStreakLimit: options.failureStreakLimit ?? 10,
     takeoverSkewMs: options.takeoverSkewMs ?? defaultTakeoverSkewMs(leaseMs),
     shards: options.shards ?? 1,
+    reserveAhead: options.reserveAhead ?? false,
   };
   if (!Number.isFinite(leaseMs) || leaseMs < 1_000) {
     throw new ConfigurationError(
