@@ -439,6 +439,9 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     performedWithinMs: o.markFlushMs,
     progress: () => effects.summary(),
     onFenced: (message) => lease.fence(message),
+    markEach: async (keyHashes) => {
+      if (keyHashes.length > 0) await backend.ledger.markDone(claim, keyHashes);
+    },
   });
   const run: RunState = { args, o, claim, lease, effects, checkpointer };
 
