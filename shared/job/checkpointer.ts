@@ -21,6 +21,11 @@ export interface CheckpointerOptions {
    */
   readonly markEach: (keyHashes: readonly string[]) => Promise<void>;
   /**
+   * A write failed in the store: `unrecorded` performed effects are not on record yet (the next
+   * write carries them; if none succeeds, they read in doubt).
+   */
+  readonly onWriteFailed?: (error: unknown, unrecorded: number) => void;
+  /**
    * Write once this many effects have been performed since the last write…
    * @default 25
    */
@@ -69,6 +74,8 @@ export class Checkpointer {
   #stopped = false;
   /** A later epoch holds the slot: marks go on each effect's own record from now on. */
   #fenced = false;
+  /** Performed effects the last successful write put on record. */
+  #recorded = 0;
   #bug: { readonly error: unknown } | undefined;
 
   constructor(options: CheckpointerOptions) {
@@ -185,6 +192,7 @@ export class Checkpointer {
       : this.#o.store.checkpoint(claim, checkpoint, this.#o.progress(), doneMarks);
     this.#writing = written
       .then(async (outcome) => {
+        if (outcome.kind === 'ok') this.#recorded = snapshot.covered;
         if (outcome.kind === 'fenced') {
           // A holder that outlived its lease still finishes the sends it had started; what it
           // performed is true, and is recorded on each effect's own record (as every mark was
@@ -201,8 +209,10 @@ export class Checkpointer {
         // A checkpoint that could not be written costs re-walking, and leaves the effects its marks
         // newly covered in doubt if no later write succeeds; the next write carries both (marks
         // are cumulative). Anything but a store failure is a bug: stop() throws it, so the run fails loudly.
-        if (error instanceof StoreError) this.#dirty = true;
-        else this.#bug ??= { error };
+        if (error instanceof StoreError) {
+          this.#dirty = true;
+          this.#o.onWriteFailed?.(error, this.#o.marks.performedTotal - this.#recorded);
+        } else this.#bug ??= { error };
       })
       .finally(() => {
         this.#writing = undefined;

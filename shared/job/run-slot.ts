@@ -442,6 +442,12 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     markEach: async (keyHashes) => {
       if (keyHashes.length > 0) await backend.ledger.markDone(claim, keyHashes);
     },
+    onWriteFailed: (error, unrecorded) =>
+      log.warn('checkpoint not written: performed effects not on record yet', {
+        window: slot.window,
+        unrecorded,
+        error: safeErrorText(error),
+      }),
   });
   const run: RunState = { args, o, claim, lease, effects, checkpointer };
 
