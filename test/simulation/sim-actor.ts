@@ -122,6 +122,11 @@ export class SimActor {
     };
   }
 
+  /** Awaited operations (store requests and sends) it began: a crash planned at or past this index never struck. */
+  get operations(): number {
+    return this.#ops;
+  }
+
   /** The earliest pending timer, by this actor's clock; none once it crashed (they never fire). */
   get nextTimerAt(): number | undefined {
     if (this.status === 'crashed') return undefined;
