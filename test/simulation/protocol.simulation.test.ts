@@ -34,8 +34,9 @@ describe('the protocol under simulated faults', () => {
   it(
     'sends no email twice, accounts for every effect once, never re-grants an epoch, accepts no stale ' +
       'write, completes a window once, retries refusals by the policy, checkpoints only what is settled, ' +
-      "settles in-doubt effects only as the provider's word and the grace period allow " +
-      'and finishes every window, split into shards or not, whatever the interleaving',
+      "settles in-doubt effects only as the provider's word and the grace period allow, " +
+      'marks done only what was performed and, after a crash, leaves in doubt exactly what its last done ' +
+      'marks left uncovered, and finishes every window, split into shards or not, whatever the interleaving',
     async () => {
       const report = await checkSimulation({
         numRuns: replay.numRuns ?? CASES,
@@ -108,6 +109,11 @@ describe('the protocol under simulated faults', () => {
         'an in-doubt effect rejected and due again',
         'an in-doubt effect re-sent after its grace period',
         'a second email by the resend policy',
+        // The done marks: effects done by them, a crash leaving performed effects uncovered, and a
+        // later run meeting what an earlier epoch's marks cover.
+        'a reservation read DONE by its done marks',
+        'a performed effect its run left in doubt, uncovered',
+        "an earlier epoch's reservation met done by its marks",
       ]) {
         expect(report.stats.casesWith(fact), fact).toBeGreaterThan(0);
       }

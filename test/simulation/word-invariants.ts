@@ -301,6 +301,8 @@ export function wordFacts(result: SimulationResult, resends: Resends): Record<st
     'an in-doubt effect re-sent after its grace period': settled('retry', undefined),
     'a settle finding its record moved on': watch.settles.filter((s) => !s.committed).length,
     'a settle committed but unheard (uncounted)': watch.settles.filter((s) => s.committed && !s.heard).length,
+    // A done mark on the effect's own record (EffectLedger.markDone) after a later run settled it.
+    'a done mark landing after its reservation was settled': table.audit.doneMarksAfterSettle,
     'a second email by the resend policy': resends.byResend > 0 ? secondEmails.length : 0,
     'a recipient missed: done on a Send the provider then rejected': table
       .effectiveEffects(SLOT)
