@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { EffectState, SlotState, type WindowSummary } from '../../shared/slot/ports.js';
 import { judge } from './invariants.js';
-import { LONG_DEADLINE_MS, type Phase, recipientAddress, type Scenario } from './scenario.js';
+import { FIRST_FIRE, type Phase, recipientAddress, type Scenario, writtenWindow } from './scenario.js';
 import { type SimulationResult, simulate } from './simulation.js';
 import { covers, SLOT } from './store-watch.js';
 
@@ -23,42 +23,16 @@ const SEEDS = [20_261_202, 7, 1_234_567];
 
 /** The window, fired once by a process that dies at `crash`; every word from the provider is lost. */
 function sweptWindow(resumable: boolean, crash: { atOp: number; phase: Phase } | undefined): Scenario {
-  return {
+  return writtenWindow({
     recipients: RECIPIENTS,
     resumable,
-    alwaysRefused: [],
     concurrency: CONCURRENCY,
     markBatchSize: MARK_BATCH_SIZE,
-    maxAttempts: 3,
-    effectAttempts: 3,
-    effectRetryDelayMs: 3_000,
-    failureStreakLimit: 10,
-    deadlineMs: LONG_DEADLINE_MS,
-    returnOldOnConflict: true,
-    tickMs: 250,
-    stepsPerTick: 16,
+    // No word settles an in-doubt effect: what is in doubt is what the marks left uncovered.
     actors: [
-      {
-        startAtMs: 0,
-        requestId: 1,
-        attemptNumber: 1,
-        skewMs: 0,
-        timeoutMs: undefined,
-        crash,
-        pause: undefined,
-        requests: [],
-        sends: [],
-        // No word settles an in-doubt effect: what is in doubt is what the marks left uncovered.
-        words: RECIPIENTS.map(() => ({ first: [], rejectedAfter: undefined })),
-        jobThrows: undefined,
-      },
+      { ...FIRST_FIRE, crash, words: RECIPIENTS.map(() => ({ first: [], rejectedAfter: undefined })) },
     ],
-    continuations: [],
-    shards: 1,
-    split: 'by-key',
-    shardDeliveries: [],
-    resolution: undefined,
-  };
+  });
 }
 
 async function run(scenario: Scenario, seed: number): Promise<SimulationResult> {

@@ -1,7 +1,14 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { checkSimulation, simulationEnvironment } from './run-simulation.js';
-import { type ActorPlan, LONG_DEADLINE_MS, recipientAddress, type Scenario, scenarios } from './scenario.js';
+import {
+  type ActorPlan,
+  FIRST_FIRE,
+  recipientAddress,
+  type Scenario,
+  scenarios,
+  writtenWindow,
+} from './scenario.js';
 
 /*
  * The deterministic simulation of the claim, lease, epoch, effect-ledger and continuation protocol
@@ -151,49 +158,22 @@ describe('the protocol under simulated faults', () => {
   // returned while its other workers kept reserving and sending. Fixed in drainConcurrently and runSlot.
   it('reserves and sends nothing once a failed run has released its slot', async () => {
     const stormy: ActorPlan = {
-      startAtMs: 0,
-      skewMs: 0,
-      requestId: 1,
-      attemptNumber: 1,
-      timeoutMs: undefined,
-      crash: undefined,
-      pause: undefined,
+      ...FIRST_FIRE,
       // The claim and two reservations go through; then the store throttles everything for a while,
       // so recording the refused send fails every attempt while the other worker is still sending.
       requests: ['ok', 'ok', 'ok', ...Array<'throttle'>(6).fill('throttle')],
       sends: ['refused'],
-      words: [],
-      jobThrows: undefined,
     };
-    const retry = (startAtMs: number): ActorPlan => ({
-      ...stormy,
-      startAtMs,
-      attemptNumber: 2,
-      requests: [],
-      sends: [],
-    });
+    const retry = (startAtMs: number): ActorPlan => ({ ...FIRST_FIRE, startAtMs, attemptNumber: 2 });
     const window = fc.record({ n: fc.integer({ min: 0, max: 8 }), resumable: fc.boolean() }).map(
-      ({ n, resumable }): Scenario => ({
-        recipients: ['r0', 'r1', 'r2', 'r3', 'r4'].map((r) => `${r}@example.test`),
-        resumable,
-        alwaysRefused: [],
-        concurrency: 2,
-        markBatchSize: 3,
-        maxAttempts: 3,
-        effectAttempts: 3,
-        effectRetryDelayMs: 3_000,
-        failureStreakLimit: 10,
-        deadlineMs: LONG_DEADLINE_MS,
-        returnOldOnConflict: true,
-        tickMs: 250,
-        stepsPerTick: 16,
-        actors: [stormy, retry(n * 250)],
-        continuations: [],
-        shards: 1,
-        split: 'by-key',
-        shardDeliveries: [],
-        resolution: undefined,
-      }),
+      ({ n, resumable }): Scenario =>
+        writtenWindow({
+          recipients: ['r0', 'r1', 'r2', 'r3', 'r4'].map((r) => `${r}@example.test`),
+          resumable,
+          concurrency: 2,
+          markBatchSize: 3,
+          actors: [stormy, retry(n * 250)],
+        }),
     );
     const report = await checkSimulation({ scenarios: window, numRuns: 500, endOnFailure: true });
     if (report.failure) throw new Error(report.failure);

@@ -15,6 +15,7 @@ import {
   type ActorPlan,
   type ContinuationPlan,
   graceOf,
+  HEALTHY,
   JOB_ID,
   LEASE_MS,
   type ProcessPlan,
@@ -91,18 +92,6 @@ const FINAL_DELAY_MS = 2 * LEASE_MS + 5_000;
 export const FINAL_DELIVERIES = 25;
 /** The final phase's network: fast, so a healthy run's round trips never race its lease. */
 const FINAL_NETWORK = { tickMs: 500, stepsPerTick: 64 } as const;
-
-/** A process nothing strikes: the final phase's deliveries. */
-const HEALTHY: ProcessPlan = {
-  skewMs: 0,
-  timeoutMs: undefined,
-  crash: undefined,
-  pause: undefined,
-  requests: [],
-  sends: [],
-  words: [],
-  jobThrows: undefined,
-};
 
 /** Metrics that keep the process's counts on the actor, for invariant 10; nothing is published. */
 function actorMetrics(actor: SimActor): JobMetrics {
