@@ -1,4 +1,5 @@
-import type { EffectState, ProviderWord, SlotState } from '../../slot/ports.js';
+import { effectiveInWindow, parseDoneMarks, type WindowDoneMarks } from '../../slot/done-marks.js';
+import { type DoneMarks, EffectState, type ProviderWord, type SlotState } from '../../slot/ports.js';
 import type { Slot } from '../../slot/slot.js';
 import { effectShard, slotPartitionKey, slotSortKey } from '../dynamodb/table-layout.js';
 import { ProtocolAudit } from './protocol-audit.js';
@@ -169,6 +170,32 @@ export class MemoryTable {
     return this.#effects.get(windowKey(slot))?.get(keyHash);
   }
 
+  /** The done marks on a window's slot records (its own and its shards'), by shard. */
+  windowDoneMarks(slot: Slot): WindowDoneMarks {
+    const marks = new Map<number | undefined, DoneMarks>();
+    for (const [shard, item] of this.windowSlots(slot)) {
+      const parsed = parseDoneMarks(item.doneMarks);
+      if (parsed) marks.set(shard, parsed);
+    }
+    return marks;
+  }
+
+  /**
+   * An effect item as the ledger reads it: a reservation the done marks of its slot record cover
+   * is DONE (effectiveInWindow). `getEffect` gives the item as stored, where such a reservation is
+   * still RESERVED.
+   */
+  effectiveEffect(slot: Slot, keyHash: string): EffectItem | undefined {
+    const item = this.getEffect(slot, keyHash);
+    return item && effectiveItem(keyHash, item, this.windowDoneMarks(slot));
+  }
+
+  /** A window's effects as the ledger lists them (see effectiveEffect), in listEffects' order. */
+  effectiveEffects(slot: Slot): [string, EffectItem][] {
+    const marks = this.windowDoneMarks(slot);
+    return this.listEffects(slot).map(([keyHash, item]) => [keyHash, effectiveItem(keyHash, item, marks)]);
+  }
+
   updateEffect(keyHash: string, write: ConditionalWrite<EffectItem>): WriteResult<EffectItem> {
     const effects = this.#effectsOf(write.slot);
     const current = effects.get(keyHash);
@@ -213,6 +240,15 @@ export class MemoryTable {
     }
     return effects;
   }
+}
+
+/**
+ * `item` as it stands under `marks` (a window's, by shard): a DONE copy when they cover its
+ * reservation, else `item` itself.
+ */
+export function effectiveItem(keyHash: string, item: EffectItem, marks: WindowDoneMarks): EffectItem {
+  const record = effectiveInWindow({ ...item, keyHash, attempts: item.attempts ?? 0 }, marks);
+  return record.state === item.state ? item : { ...item, state: EffectState.Done };
 }
 
 /** A slot record's key: the window's, or one of its shards' (as the DynamoDB sort key tells them apart). */
