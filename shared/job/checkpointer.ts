@@ -76,6 +76,11 @@ export class Checkpointer {
   #fenced = false;
   /** Performed effects the last successful write put on record. */
   #recorded = 0;
+  /**
+   * Key hashes of performed effects that snapshots covered and no write has put on record yet (a
+   * write failed, or is under way): what a fenced run marks one by one.
+   */
+  #unrecorded: string[] = [];
   #bug: { readonly error: unknown } | undefined;
 
   constructor(options: CheckpointerOptions) {
@@ -187,12 +192,21 @@ export class Checkpointer {
     this.#dirty = false;
     const checkpoint = this.current();
     const doneMarks = withEpochMarks(claim.window.doneMarks, claim.epoch, snapshot.marks);
+    this.#unrecorded.push(...snapshot.newlyDone);
+    const markEach = async () => {
+      const keyHashes = [...this.#unrecorded];
+      await this.#o.markEach(keyHashes);
+      this.#unrecorded = this.#unrecorded.slice(keyHashes.length);
+    };
     const written = this.#fenced
-      ? this.#o.markEach(snapshot.newlyDone).then(() => ({ kind: 'ok' as const }))
+      ? markEach().then(() => ({ kind: 'ok' as const }))
       : this.#o.store.checkpoint(claim, checkpoint, this.#o.progress(), doneMarks);
     this.#writing = written
       .then(async (outcome) => {
-        if (outcome.kind === 'ok') this.#recorded = snapshot.covered;
+        if (outcome.kind === 'ok') {
+          this.#recorded = snapshot.covered;
+          this.#unrecorded = [];
+        }
         if (outcome.kind === 'fenced') {
           // A holder that outlived its lease still finishes the sends it had started; what it
           // performed is true, and is recorded on each effect's own record (as every mark was
@@ -202,7 +216,7 @@ export class Checkpointer {
             `checkpoint of slot ${this.#o.claim.slot.jobId} ${this.#o.claim.slot.window} was rejected: ` +
               `epoch ${outcome.epoch ?? '?'} (${outcome.state ?? 'gone'}) holds it now, epoch ${this.#o.claim.epoch} is fenced`,
           );
-          await this.#o.markEach(snapshot.newlyDone);
+          await markEach();
         }
       })
       .catch((error: unknown) => {
