@@ -15,6 +15,8 @@ export interface RequestMeter {
   writeUnits(): number;
   /** Read request units, likewise (a strongly consistent read of up to 4 KB is one). */
   readUnits(): number;
+  /** Each write's round trip in ms, from the command sent to its answer (retries included), in order. */
+  writeMs(): readonly number[];
   reset(): void;
 }
 
@@ -33,6 +35,7 @@ export function meterRequests(client: DynamoDBClient): RequestMeter {
   const addWriteUnits = (operation: string, units: number) =>
     writeUnitsByOperation.set(operation, (writeUnitsByOperation.get(operation) ?? 0) + units);
   let readUnits = 0;
+  let writeMs: number[] = [];
   client.middlewareStack.add(
     (next, context) => async (args) => {
       const operation = operationOf(context.commandName);
@@ -48,6 +51,7 @@ export function meterRequests(client: DynamoDBClient): RequestMeter {
       if (!isWrite && !READS.has(operation)) return next(args);
       // A copy: the caller's command input stays as the caller wrote it.
       const input = { ...(args.input as object), ReturnConsumedCapacity: 'TOTAL' };
+      const started = performance.now();
       try {
         const result = await next({ ...args, input });
         const units = unitsOf(
@@ -63,6 +67,8 @@ export function meterRequests(client: DynamoDBClient): RequestMeter {
         // size is reported beside the results), so one unit each.
         if (isWrite && error instanceof ConditionalCheckFailedException) addWriteUnits(operation, 1);
         throw error;
+      } finally {
+        if (isWrite) writeMs.push(performance.now() - started);
       }
     },
     { step: 'initialize', priority: 'low', name: 'slotguardCapacityMeter' },
@@ -73,10 +79,12 @@ export function meterRequests(client: DynamoDBClient): RequestMeter {
     requests: () => [...byOperation.values()].reduce((a, b) => a + b, 0),
     writeUnits: () => [...writeUnitsByOperation.values()].reduce((a, b) => a + b, 0),
     readUnits: () => readUnits,
+    writeMs: () => writeMs,
     reset() {
       byOperation.clear();
       writeUnitsByOperation.clear();
       readUnits = 0;
+      writeMs = [];
     },
   };
 }

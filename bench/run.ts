@@ -31,6 +31,7 @@ const { createJobHandler } = await import('../shared/job/lambda-handler.js');
 const { values } = parseArgs({
   options: {
     recipients: { type: 'string', default: '3000' },
+    rounds: { type: 'string', default: '3' },
     latency: { type: 'string', default: '5' },
     out: { type: 'string', default: 'docs/benchmarks.md' },
     only: { type: 'string' },
@@ -92,6 +93,7 @@ function writeUnitsRuns(store: BenchStore) {
     recipients: RECIPIENTS,
     concurrency: SEND_LATENCY_CONCURRENCY,
     latenciesMs: SEND_LATENCIES_MS,
+    rounds: Number(values.rounds),
     window: store.freshWindow,
     log,
   });

@@ -33,6 +33,8 @@ export interface Measured {
   readonly cpuSeconds: number;
   /** CPU time of every process on the machine over the run, others' included. */
   readonly machineCpuSeconds: number;
+  /** The run's DynamoDB write round trips in ms, median and 90th percentile (NaN when it wrote nothing). */
+  readonly writeMs: { readonly p50: number; readonly p90: number };
 }
 
 /** Runs `run` with a fresh `latencyMs` sender, counting its requests from a reset `meter`. */
@@ -57,8 +59,18 @@ export async function measureFire(
     seconds,
     cpuSeconds: (user + system) / 1e6,
     machineCpuSeconds: (machineCpuMs() - machine) / 1000,
+    writeMs: { p50: percentile(meter.writeMs(), 50), p90: percentile(meter.writeMs(), 90) },
   };
 }
+
+/** The `p`th percentile of `values` (nearest rank); NaN for none. */
+export function percentile(values: readonly number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] ?? Number.NaN;
+}
+
+/** The middle value (the lower of the two middle ones for an even count); NaN for none. */
+export const median = (values: readonly number[]): number => percentile(values, 50);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
