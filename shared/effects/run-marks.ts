@@ -25,6 +25,7 @@ export class RunMarks {
   /** Performed and not yet in a snapshot, by number. */
   #performed: { readonly seq: number; readonly keyHash: string }[] = [];
   #covered = 0;
+  #performedTotal = 0;
 
   /** The number for the next reservation. */
   take(): number {
@@ -37,6 +38,7 @@ export class RunMarks {
   performed(seq: number, keyHash: string): void {
     this.#pending.delete(seq);
     this.#performed.push({ seq, keyHash });
+    this.#performedTotal++;
   }
 
   /** Nothing of ours stands under `seq` as RESERVED: the marks may pass it. */
@@ -48,6 +50,11 @@ export class RunMarks {
   inDoubt(seq: number): void {
     this.#pending.delete(seq);
     this.#doubt.add(seq);
+  }
+
+  /** Effects this run performed. */
+  get performedTotal(): number {
+    return this.#performedTotal;
   }
 
   /** Effects performed that no snapshot has covered yet. */

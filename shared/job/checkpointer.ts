@@ -16,6 +16,16 @@ export interface CheckpointerOptions {
   /** A checkpoint write found a later epoch on the slot: the lease is gone. */
   readonly onFenced: (message: string) => void;
   /**
+   * Marks performed effects done one by one (EffectLedger.markDone): once the run is fenced, its
+   * marks can no longer go on the slot, and the sends it still finishes are recorded this way.
+   */
+  readonly markEach: (keyHashes: readonly string[]) => Promise<void>;
+  /**
+   * A write failed in the store: `unrecorded` performed effects are not on record yet (the next
+   * write carries them; if none succeeds, they read in doubt).
+   */
+  readonly onWriteFailed?: (error: unknown, unrecorded: number) => void;
+  /**
    * Write once this many effects have been performed since the last write…
    * @default 25
    */
@@ -62,6 +72,10 @@ export class Checkpointer {
   #writeAgain = false;
   #cancelTimer: (() => void) | undefined;
   #stopped = false;
+  /** A later epoch holds the slot: marks go on each effect's own record from now on. */
+  #fenced = false;
+  /** Performed effects the last successful write put on record. */
+  #recorded = 0;
   #bug: { readonly error: unknown } | undefined;
 
   constructor(options: CheckpointerOptions) {
@@ -173,22 +187,32 @@ export class Checkpointer {
     this.#dirty = false;
     const checkpoint = this.current();
     const doneMarks = withEpochMarks(claim.window.doneMarks, claim.epoch, snapshot.marks);
-    this.#writing = this.#o.store
-      .checkpoint(claim, checkpoint, this.#o.progress(), doneMarks)
-      .then((outcome) => {
+    const written = this.#fenced
+      ? this.#o.markEach(snapshot.newlyDone).then(() => ({ kind: 'ok' as const }))
+      : this.#o.store.checkpoint(claim, checkpoint, this.#o.progress(), doneMarks);
+    this.#writing = written
+      .then(async (outcome) => {
+        if (outcome.kind === 'ok') this.#recorded = snapshot.covered;
         if (outcome.kind === 'fenced') {
+          // A holder that outlived its lease still finishes the sends it had started; what it
+          // performed is true, and is recorded on each effect's own record (as every mark was
+          // before done marks), so a later epoch reads it done rather than in doubt.
+          this.#fenced = true;
           this.#o.onFenced(
             `checkpoint of slot ${this.#o.claim.slot.jobId} ${this.#o.claim.slot.window} was rejected: ` +
               `epoch ${outcome.epoch ?? '?'} (${outcome.state ?? 'gone'}) holds it now, epoch ${this.#o.claim.epoch} is fenced`,
           );
+          await this.#o.markEach(snapshot.newlyDone);
         }
       })
       .catch((error: unknown) => {
         // A checkpoint that could not be written costs re-walking, and leaves the effects its marks
         // newly covered in doubt if no later write succeeds; the next write carries both (marks
         // are cumulative). Anything but a store failure is a bug: stop() throws it, so the run fails loudly.
-        if (error instanceof StoreError) this.#dirty = true;
-        else this.#bug ??= { error };
+        if (error instanceof StoreError) {
+          this.#dirty = true;
+          this.#o.onWriteFailed?.(error, this.#o.marks.performedTotal - this.#recorded);
+        } else this.#bug ??= { error };
       })
       .finally(() => {
         this.#writing = undefined;

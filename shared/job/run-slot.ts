@@ -439,6 +439,15 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     performedWithinMs: o.markFlushMs,
     progress: () => effects.summary(),
     onFenced: (message) => lease.fence(message),
+    markEach: async (keyHashes) => {
+      if (keyHashes.length > 0) await backend.ledger.markDone(claim, keyHashes);
+    },
+    onWriteFailed: (error, unrecorded) =>
+      log.warn('checkpoint not written: performed effects not on record yet', {
+        window: slot.window,
+        unrecorded,
+        error: safeErrorText(error),
+      }),
   });
   const run: RunState = { args, o, claim, lease, effects, checkpointer };
 
