@@ -66,16 +66,16 @@ async function benchStore() {
     reserveAhead: slotguard(client, 'bench-claims', { reserveAhead: true }),
     powertools: powertoolsIdempotency(client, 'bench-idempotency'),
   };
+  // Counted back from one minute fixed at the start: counted from the clock's minute, a window drawn
+  // after the minute turns is the one drawn just before it, and that fire finds the slot done.
+  const firstMinute = Math.floor(Date.now() / 60_000) * 60_000;
   let windowSeq = 0;
   return {
     client,
     meter,
     variants,
     /** A fresh window per measurement, so no variant sees another's records. */
-    freshWindow: () =>
-      new Date(Math.floor(Date.now() / 60_000) * 60_000 - ++windowSeq * 60_000)
-        .toISOString()
-        .replace('.000', ''),
+    freshWindow: () => new Date(firstMinute - ++windowSeq * 60_000).toISOString().replace('.000', ''),
     async close() {
       client.destroy();
       await dynamo.close();
