@@ -274,7 +274,8 @@ ${table}
 - **slotguard**: one conditional PutItem per recipient (its reservation, numbered) and, every 25
   emails sent or each second, one fenced UpdateItem of the window's slot item, which carries the
   run's done marks with its checkpoint; plus the claim and the completion, also UpdateItems of the
-  slot item, and one Query per effect partition (16) for the run's tally. The slot item was at most
+  slot item, and at the end one Query of the window's slot partition (the done marks) and one per
+  effect partition (16) for the run's tally. The slot item was at most
   ${n(largest)} bytes at the end of a fire, its summary included; the ${n(updates)} UpdateItems of it
   in these fires consumed ${n(updateUnits)} write units. Its done marks list at most 64 open numbers,
   so it does not grow with the window; a run that finds effects in doubt lists up to 50 of their key
