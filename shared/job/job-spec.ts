@@ -59,8 +59,8 @@ export interface JobSpec {
    * leaves up to one more recipient per worker reserved and never sent: in doubt, or settled as never
    * accepted from SES's events where the recorder is deployed. docs/design.md, "Reserving ahead".
    * @default false: at a job's SES quota (often 14/s) the send rate, not the reservation, bounds a
-   *   run, so it buys nothing there; unthrottled 20 ms sends at concurrency 16 go 0.92× the
-   *   unguarded loop's rate with it and 0.67× without (docs/benchmarks.md)
+   *   run, so it buys nothing there; unthrottled 20 ms sends at concurrency 16 go 0.97× the
+   *   unguarded loop's rate with it and 0.69× without (docs/benchmarks.md)
    */
   readonly reserveAhead?: boolean;
   /**
