@@ -7,7 +7,8 @@
  * here are for comparing the variants on one machine, not DynamoDB's own speed.
  *
  * `npm run bench -- --only bundle` measures the handlers' bundles alone and prints them (a few
- * seconds; docs/benchmarks.md is left as it is).
+ * seconds; docs/benchmarks.md is left as it is). `npm run bench -- --only write-units` runs the
+ * "Write units and send latency" section alone and rewrites that section of docs/benchmarks.md.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { arch, cpus, totalmem } from 'node:os';
@@ -19,27 +20,94 @@ const { createDynamoClient, ensureClaimsTable } = await import(
   '../shared/backends/dynamodb/dynamodb-backend.js'
 );
 const { meterRequests } = await import('./request-meter.js');
-const { createPowertoolsTable, latencySender, powertoolsIdempotency, slotguard, unguardedLoop } =
+const { createPowertoolsTable, latencySender, measureFire, powertoolsIdempotency, slotguard, unguardedLoop } =
   await import('./variants.js');
+const { sendLatencyRuns, sendLatencySection, WRITE_UNITS_SECTION } = await import('./send-latency.js');
 const { measureBundles, OWN_CODE } = await import('./bundle.js');
 const { barChartSvg } = await import('./chart.js');
-const { docSection } = await import('./doc-section.js');
+const { docSection, withDocSection, wrapDocSection } = await import('./doc-section.js');
 const { createJobHandler } = await import('../shared/job/lambda-handler.js');
 
 const { values } = parseArgs({
   options: {
     recipients: { type: 'string', default: '3000' },
+    rounds: { type: 'string', default: '3' },
     latency: { type: 'string', default: '5' },
     out: { type: 'string', default: 'docs/benchmarks.md' },
     only: { type: 'string' },
   },
 });
-if (values.only !== undefined && values.only !== 'bundle') {
-  throw new Error(`--only ${JSON.stringify(values.only)}: the one part that runs alone is "bundle"`);
+if (values.only !== undefined && values.only !== 'bundle' && values.only !== 'write-units') {
+  throw new Error(
+    `--only ${JSON.stringify(values.only)}: the parts that run alone are "bundle" and "write-units"`,
+  );
 }
 const log = (line: string) => process.stdout.write(`${line}\n`);
 const n = (value: number, digits = 0) =>
   value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+const RECIPIENTS = Number(values.recipients);
+const LATENCY_MS = Number(values.latency);
+const CONCURRENCIES = [1, 16, 64] as const;
+// Write units and send latency: at a send as long as SES's, how much of the loop's rate each guard keeps.
+const SEND_LATENCIES_MS = [20, 50] as const;
+const SEND_LATENCY_CONCURRENCY = 16;
+const WRITE_UNITS_NOTE = 'written by npm run bench; npm run bench -- --only write-units rewrites it alone';
+
+/** The embedded DynamoDB every measurement runs against, its metered client and the variants. */
+async function benchStore() {
+  const dynamo = await startEmbeddedDynamo({ thread: true });
+  const client = createDynamoClient({ endpoint: dynamo.endpoint, region: 'us-east-1' });
+  const meter = meterRequests(client);
+  await ensureClaimsTable(client, 'bench-claims');
+  await createPowertoolsTable(client, 'bench-idempotency');
+  const variants = {
+    unguarded: unguardedLoop,
+    slotguard: slotguard(client, 'bench-claims'),
+    reserveAhead: slotguard(client, 'bench-claims', { reserveAhead: true }),
+    powertools: powertoolsIdempotency(client, 'bench-idempotency'),
+  };
+  // Counted back from one minute fixed at the start: counted from the clock's minute, a window drawn
+  // after the minute turns is the one drawn just before it, and that fire finds the slot done.
+  const firstMinute = Math.floor(Date.now() / 60_000) * 60_000;
+  let windowSeq = 0;
+  return {
+    client,
+    meter,
+    variants,
+    /** A fresh window per measurement, so no variant sees another's records. */
+    freshWindow: () => new Date(firstMinute - ++windowSeq * 60_000).toISOString().replace('.000', ''),
+    async close() {
+      client.destroy();
+      await dynamo.close();
+    },
+  };
+}
+type BenchStore = Awaited<ReturnType<typeof benchStore>>;
+
+function writeUnitsRuns(store: BenchStore) {
+  const { unguarded, slotguard, reserveAhead, powertools } = store.variants;
+  return sendLatencyRuns({
+    client: store.client,
+    meter: store.meter,
+    variants: [unguarded, slotguard, reserveAhead, powertools],
+    recipients: RECIPIENTS,
+    concurrency: SEND_LATENCY_CONCURRENCY,
+    latenciesMs: SEND_LATENCIES_MS,
+    rounds: Number(values.rounds),
+    window: store.freshWindow,
+    log,
+  });
+}
+
+if (values.only === 'write-units') {
+  const store = await benchStore();
+  const section = sendLatencySection(await writeUnitsRuns(store));
+  await store.close();
+  const current = existsSync(values.out) ? readFileSync(values.out, 'utf8') : '# Benchmarks\n';
+  writeFileSync(values.out, withDocSection(current, WRITE_UNITS_SECTION, section, WRITE_UNITS_NOTE));
+  log(`\nwrote the ${WRITE_UNITS_SECTION} section of ${values.out}`);
+  process.exit(0);
+}
 
 // The handlers' bundles, as the construct builds them: slotguard's weekly report, and the same job
 // with Powertools' idempotency utility around each send; then both again with Powertools left to
@@ -92,46 +160,12 @@ log(
     .join(', ')}`,
 );
 if (values.only === 'bundle') process.exit(0);
-const RECIPIENTS = Number(values.recipients);
-const LATENCY_MS = Number(values.latency);
-const CONCURRENCIES = [1, 16, 64] as const;
 
-const dynamo = await startEmbeddedDynamo({ thread: true });
-const client = createDynamoClient({ endpoint: dynamo.endpoint, region: 'us-east-1' });
-const meter = meterRequests(client);
-await ensureClaimsTable(client, 'bench-claims');
-await createPowertoolsTable(client, 'bench-idempotency');
-const variants = [
-  unguardedLoop,
-  slotguard(client, 'bench-claims'),
-  powertoolsIdempotency(client, 'bench-idempotency'),
-];
+const store = await benchStore();
+const { client, meter, freshWindow } = store;
+const variants = [store.variants.unguarded, store.variants.slotguard, store.variants.powertools];
+type Measured = Awaited<ReturnType<typeof measureFire>>;
 
-let windowSeq = 0;
-/** A fresh window per measurement, so no variant sees another's records. */
-const freshWindow = () =>
-  new Date(Math.floor(Date.now() / 60_000) * 60_000 - ++windowSeq * 60_000).toISOString().replace('.000', '');
-
-interface Measured {
-  readonly requests: number;
-  readonly writeUnits: number;
-  readonly sends: number;
-  readonly seconds: number;
-}
-async function measure(
-  run: (sender: ReturnType<typeof latencySender>['sender']) => Promise<void>,
-): Promise<Measured> {
-  const counted = latencySender(LATENCY_MS);
-  meter.reset();
-  const started = performance.now();
-  await run(counted.sender);
-  return {
-    requests: meter.requests(),
-    writeUnits: meter.writeUnits(),
-    sends: counted.sends(),
-    seconds: (performance.now() - started) / 1000,
-  };
-}
 // 1. One fire, one replica: what the guard costs per recipient, and how fast it goes.
 const fanOut: { variant: string; concurrency: number; recipients: number; m: Measured }[] = [];
 for (const concurrency of CONCURRENCIES) {
@@ -139,44 +173,35 @@ for (const concurrency of CONCURRENCIES) {
   const recipients = concurrency === 1 ? Math.min(RECIPIENTS, 500) : RECIPIENTS;
   for (const variant of variants) {
     const window = freshWindow();
-    const m = await measure((sender) => variant.fire(window, recipients, concurrency, sender));
+    const m = await measureFire(meter, LATENCY_MS, (sender) =>
+      variant.fire(window, recipients, concurrency, sender),
+    );
     fanOut.push({ variant: variant.name, concurrency, recipients, m });
     log(`fan-out  c=${concurrency} ${variant.name}: ${n(recipients / m.seconds)} recipients/s`);
   }
 }
 
-// 2. The incident: 3 replicas fire one window at once; then a 4th fire after it is done.
+// 2. Write units and send latency: every variant, with and without reserve-ahead, at SES-like sends.
+const writeUnits = await writeUnitsRuns(store);
+
+// 3. The incident: 3 replicas fire one window at once; then a 4th fire after it is done.
 const incident: { variant: string; fire: Measured; duplicate: Measured }[] = [];
 const INCIDENT_RECIPIENTS = Math.min(RECIPIENTS, 2000);
 for (const variant of variants) {
   const window = freshWindow();
-  const counted = latencySender(LATENCY_MS);
-  meter.reset();
-  let started = performance.now();
-  await Promise.all([1, 2, 3].map(() => variant.fire(window, INCIDENT_RECIPIENTS, 16, counted.sender)));
-  const fire = {
-    requests: meter.requests(),
-    writeUnits: meter.writeUnits(),
-    sends: counted.sends(),
-    seconds: (performance.now() - started) / 1000,
-  };
-  meter.reset();
-  started = performance.now();
-  const late = latencySender(LATENCY_MS);
-  await variant.fire(window, INCIDENT_RECIPIENTS, 16, late.sender);
-  const duplicate = {
-    requests: meter.requests(),
-    writeUnits: meter.writeUnits(),
-    sends: late.sends(),
-    seconds: (performance.now() - started) / 1000,
-  };
+  const fire = await measureFire(meter, LATENCY_MS, (sender) =>
+    Promise.all([1, 2, 3].map(() => variant.fire(window, INCIDENT_RECIPIENTS, 16, sender))).then(() => {}),
+  );
+  const duplicate = await measureFire(meter, LATENCY_MS, (sender) =>
+    variant.fire(window, INCIDENT_RECIPIENTS, 16, sender),
+  );
   incident.push({ variant: variant.name, fire, duplicate });
   log(
     `incident ${variant.name}: ${fire.sends} sends; a late fire: ${duplicate.requests} requests, ${duplicate.sends} sends`,
   );
 }
 
-// 3. 100 replicas race for one slot.
+// 4. 100 replicas race for one slot.
 const { weeklyReportJob } = await import('../functions/weekly-report/job.js');
 const { syntheticCustomers } = await import('../functions/weekly-report/recipients.js');
 const { dynamoBackend } = await import('../shared/backends/dynamodb/dynamodb-backend.js');
@@ -216,7 +241,7 @@ const race = {
 };
 log(`race: ${race.winners} winner, ${race.standDowns} stood down, ${race.requests} requests`);
 
-// 4. A window too big for one Lambda run, finished over five.
+// 5. A window too big for one Lambda run, finished over five.
 const { windowOverRuns } = await import('./continuation.js');
 const CONTINUATION_RECIPIENTS = Math.min(RECIPIENTS, 2000);
 const continuation = await windowOverRuns({
@@ -234,8 +259,7 @@ for (const row of continuation) {
     `continuation ${row.variant}: ${row.runs} runs, ${n(row.requests / CONTINUATION_RECIPIENTS, 3)} requests/recipient`,
   );
 }
-client.destroy();
-await dynamo.close();
+await store.close();
 
 // The report.
 const fanOutTable = [
@@ -271,8 +295,11 @@ const doc = `# Benchmarks
 Generated by \`npm run bench\` on ${new Date().toISOString().slice(0, 10)}; do not edit by hand.
 Every variant runs in the same process against the same embedded DynamoDB (dynalite
 ${await pkg('dynalite')} on loopback, on its own thread), and every send takes a fixed ${LATENCY_MS} ms
-(a stand-in for an SES call). dynalite is far slower than DynamoDB, so absolute rates are this
-machine's; requests and write units per recipient are what DynamoDB would bill.
+(a stand-in for an SES call) except in "Write units and send latency", which sends at SES-like
+latencies. dynalite is far slower than DynamoDB, so absolute rates are this machine's. Requests are
+counted as they go on the wire, retries included; write units are what DynamoDB reports each write
+consuming (ReturnConsumedCapacity, from item sizes), so requests and write units per recipient are
+what DynamoDB would bill.
 
 ![recipients per second](benchmarks.svg)
 
@@ -280,10 +307,13 @@ machine's; requests and write units per recipient are what DynamoDB would bill.
 
 ${fanOutTable}
 
-- **slotguard**: one conditional PutItem (the reservation) per recipient, plus one BatchWriteItem
-  per 25 recipients (the done marks), plus the claim, its completion and lease renewals.
+- **slotguard**: one conditional PutItem (the reservation) per recipient, plus one UpdateItem of the
+  slot item per 25 emails sent or per second (the checkpoint, which carries the run's done marks),
+  plus the claim, its completion and lease renewals.
 - **Powertools idempotency** (${await pkg('@aws-lambda-powertools/idempotency')}), wrapping each send: a
   conditional PutItem (IN_PROGRESS) and an UpdateItem (COMPLETED) per recipient.
+
+${wrapDocSection(WRITE_UNITS_SECTION, sendLatencySection(writeUnits), WRITE_UNITS_NOTE)}
 
 ## The incident: three replicas fire one window, then a late fire (${n(INCIDENT_RECIPIENTS)} recipients)
 
@@ -296,10 +326,11 @@ crashed run as retryable once its expiry passes, and sends again; slotguard repo
 
 ## 100 replicas race for one slot
 
-| winners | stood down | claim writes | reads after a lost race | requests in all | emails |
+| winners | stood down | UpdateItems | reads after a lost race | requests in all | emails |
 |---:|---:|---:|---:|---:|---:|
 | ${race.winners} | ${race.standDowns} | ${race.claimRequests} | ${race.reads} | ${race.requests} | ${race.sends} |
 
+The UpdateItems are the 100 claims, the winner's checkpoint (its done marks) and its completion.
 Each loser costs one conditional UpdateItem and, because dynalite does not return the current item
 on a failed condition, one consistent GetItem; DynamoDB itself returns it (ALL_OLD), saving the read.
 
@@ -309,7 +340,7 @@ ${continuationTable}
 
 Each run's Lambda time ends after a fifth of the sends; the next run carries on. With a resumable
 list (\`resumableSource\`) a continuation reads on from the checkpoint its predecessor wrote (one
-UpdateItem per 100 recipients): the window costs what one run would. With a plain list every
+UpdateItem per 25 emails sent, with the done marks): the window costs what one run would. With a plain list every
 continuation walks the list again and pays a conditional write for each recipient already done
 (found done, skipped); so does a per-send idempotency wrapper, which has no checkpoint.
 

@@ -35,6 +35,7 @@ const { windowOf } = await import('../shared/slot/slot.js');
 const { schedulerEvent } = await import('../test/helpers/harness.js');
 const { startShardWorker } = await import('./shard-worker.js');
 const { docSection, withDocSection, wrapDocSection } = await import('./doc-section.js');
+const { machineCpuMs } = await import('./machine-cpu.js');
 
 import type { SqsBatchResponse, SqsEvent } from '../shared/continuation/work-queue.js';
 import type { InvocationContext } from '../shared/job/lambda-handler.js';
@@ -272,16 +273,6 @@ export function processTreeCpuMs(root: number): number {
     for (const [child, stat] of stats) if (stat.ppid === pid) under.push(child);
   }
   return ticks * 10;
-}
-
-/** CPU time all cores spent busy since boot, in ms (/proc/stat: all but idle and iowait). */
-function machineCpuMs(): number {
-  const [, ...ticks] = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '')
-    .trim()
-    .split(/\s+/)
-    .map(Number);
-  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = ticks;
-  return (user + nice + system + irq + softirq + steal) * 10;
 }
 
 function readdirSafe(path: string): string[] {

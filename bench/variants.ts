@@ -10,13 +10,67 @@ import type { EmailMessage, EmailSender } from '../shared/effects/email-sender.j
 import { createJobHandler } from '../shared/job/lambda-handler.js';
 import { silentLog } from '../shared/telemetry/log.js';
 import { emfMetrics } from '../shared/telemetry/metrics.js';
+import { machineCpuMs } from './machine-cpu.js';
+import type { RequestMeter } from './request-meter.js';
 
 /** One way of running the weekly report's fan-out for one window. */
 export interface Variant {
   readonly name: string;
+  /** The claims table a slotguard variant keeps its slot items in; undefined for the others. */
+  readonly claimsTable?: string;
   /** Runs one fire of `window` over `recipients` customers at `concurrency`. */
   fire(window: string, recipients: number, concurrency: number, sender: EmailSender): Promise<void>;
 }
+
+/** What one measured run cost and how long it took. */
+export interface Measured {
+  readonly requests: number;
+  readonly writeUnits: number;
+  readonly readUnits: number;
+  readonly sends: number;
+  readonly seconds: number;
+  /** CPU time of this process over the run: the variant's code and the embedded DynamoDB's thread. */
+  readonly cpuSeconds: number;
+  /** CPU time of every process on the machine over the run, others' included. */
+  readonly machineCpuSeconds: number;
+  /** The run's DynamoDB write round trips in ms, median and 90th percentile (NaN when it wrote nothing). */
+  readonly writeMs: { readonly p50: number; readonly p90: number };
+}
+
+/** Runs `run` with a fresh `latencyMs` sender, counting its requests from a reset `meter`. */
+export async function measureFire(
+  meter: RequestMeter,
+  latencyMs: number,
+  run: (sender: EmailSender) => Promise<void>,
+): Promise<Measured> {
+  const counted = latencySender(latencyMs);
+  meter.reset();
+  const cpu = process.cpuUsage();
+  const machine = machineCpuMs();
+  const started = performance.now();
+  await run(counted.sender);
+  const seconds = (performance.now() - started) / 1000;
+  const { user, system } = process.cpuUsage(cpu);
+  return {
+    requests: meter.requests(),
+    writeUnits: meter.writeUnits(),
+    readUnits: meter.readUnits(),
+    sends: counted.sends(),
+    seconds,
+    cpuSeconds: (user + system) / 1e6,
+    machineCpuSeconds: (machineCpuMs() - machine) / 1000,
+    writeMs: { p50: percentile(meter.writeMs(), 50), p90: percentile(meter.writeMs(), 90) },
+  };
+}
+
+/** The `p`th percentile of `values` (nearest rank); NaN for none. */
+export function percentile(values: readonly number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] ?? Number.NaN;
+}
+
+/** The middle value (the lower of the two middle ones for an even count); NaN for none. */
+export const median = (values: readonly number[]): number => percentile(values, 50);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -42,22 +96,39 @@ export const unguardedLoop: Variant = {
   },
 };
 
-/** slotguard: one slot claim per fire, one reservation and 1/25 of a mark per recipient. */
-export function slotguard(client: DynamoDBClient, tableName: string): Variant {
+export interface SlotguardVariantOptions {
+  /**
+   * Each effect worker reserves its next recipient while its current send is in flight
+   * (RunOptions.reserveAhead).
+   * @default false
+   */
+  readonly reserveAhead?: boolean;
+}
+
+/**
+ * slotguard: one slot claim per fire, one reservation per recipient, and the done marks on the slot
+ * item, written with the run's checkpoint (one UpdateItem per 25 performed effects or per second).
+ */
+export function slotguard(
+  client: DynamoDBClient,
+  tableName: string,
+  { reserveAhead = false }: SlotguardVariantOptions = {},
+): Variant {
   const backend = dynamoBackend({
     client,
     tableName,
     hashKey: hmacEffectKeys('bench-secret-0123456789abcdef'),
   });
   return {
-    name: 'slotguard',
+    name: reserveAhead ? 'slotguard, reserve-ahead' : 'slotguard',
+    claimsTable: tableName,
     async fire(window, recipients, concurrency, sender) {
       const job = weeklyReportJob({ customers: () => syntheticCustomers(recipients), sender });
       const handler = createJobHandler(job, {
         backend,
         metrics: () => emfMetrics({ jobId: job.id, write: () => {} }),
         log: silentLog,
-        options: { effectConcurrency: concurrency },
+        options: { effectConcurrency: concurrency, reserveAhead },
       });
       await handler({ jobId: job.id, scheduledTime: window, attemptNumber: '1' });
     },

@@ -50,11 +50,26 @@ export const CLAIMS_TABLE_ACTIONS = [
 export const CLAIMS_TABLE_READER_ACTIONS = ['dynamodb:GetItem'] as const;
 
 /**
- * What the SES event recorder does: one conditional UpdateItem of an effect item (the provider's
- * word), and a GetItem of it when the condition fails without the old item. No Put, no Delete: it
- * never creates or removes a record.
+ * What the SES event recorder does: a GetItem of an effect item, one conditional UpdateItem of it
+ * (the provider's word), and a GetItem of it again when the condition fails without the old item.
+ * No Put, no Delete: it never creates or removes a record. (It also reads the window's done marks:
+ * CLAIMS_TABLE_DONE_MARKS_ACTIONS.)
  */
 export const CLAIMS_TABLE_PROVIDER_WORD_ACTIONS = ['dynamodb:UpdateItem', 'dynamodb:GetItem'] as const;
+
+/**
+ * What reading a window's done marks takes: a Query of its slot partition (the window's item and
+ * its shards'). Granted on its own with the attributes it may return (CLAIMS_TABLE_DONE_MARKS_ATTRIBUTES),
+ * so a grantee that needs no other Query lists no effect records with it.
+ */
+export const CLAIMS_TABLE_DONE_MARKS_ACTIONS = ['dynamodb:Query'] as const;
+
+/** The attributes a done-marks Query may name and return: the key and the marks. */
+export const CLAIMS_TABLE_DONE_MARKS_ATTRIBUTES = [
+  TableLayout.partitionKey,
+  TableLayout.sortKey,
+  TableLayout.doneMarksAttribute,
+] as const;
 
 /**
  * What the watchdog does to confirm a finished window's in-doubt effects from the provider's word:
@@ -145,12 +160,29 @@ export class ClaimsTable extends Construct implements ClaimsBackend {
 
   /**
    * Grants `grantee` the SES event recorder's UpdateItem and GetItem on the items of job `jobId`,
-   * and of every job passed before for the same grantee, in one statement as grantSlotReads does.
-   * No Put, no Delete, no Query, no Scan, and no effect-key secret: the tags carry the key hash.
+   * and of every job passed before for the same grantee, in one statement as grantSlotReads does;
+   * and, in a second such statement, the done marks it reads first (grantDoneMarkReads). No Put, no
+   * Delete, no other Query, no Scan, and no effect-key secret: the tags carry the key hash.
    */
   grantProviderWords(grantee: iam.IGrantable, jobId: string): iam.Grant {
     this.checkGrantJobId('grantProviderWords', jobId);
-    return this.grantPerJob(grantee, CLAIMS_TABLE_PROVIDER_WORD_ACTIONS, jobId);
+    return this.grantPerJob(grantee, CLAIMS_TABLE_PROVIDER_WORD_ACTIONS, jobId).combine(
+      this.grantDoneMarkReads(grantee, jobId),
+    );
+  }
+
+  /**
+   * Grants `grantee` a Query of the items of job `jobId` (and of every job passed before for the
+   * same grantee, in one statement as grantSlotReads does) that names and returns nothing but the
+   * key and the done marks (`dynamodb:Attributes`), and asks for them by name (`dynamodb:Select`):
+   * what reading a window's done marks takes, and no effect record's content.
+   */
+  grantDoneMarkReads(grantee: iam.IGrantable, jobId: string): iam.Grant {
+    this.checkGrantJobId('grantDoneMarkReads', jobId);
+    return this.grantPerJob(grantee, CLAIMS_TABLE_DONE_MARKS_ACTIONS, jobId, {
+      'ForAllValues:StringEquals': { 'dynamodb:Attributes': [...CLAIMS_TABLE_DONE_MARKS_ATTRIBUTES] },
+      StringEqualsIfExists: { 'dynamodb:Select': 'SPECIFIC_ATTRIBUTES' },
+    });
   }
 
   /** Grants `fn` the provider's word on job `jobId`'s effect records and tells the runtime the table's name. */
@@ -181,8 +213,16 @@ export class ClaimsTable extends Construct implements ClaimsBackend {
     fn.addEnvironment(RuntimeEnv.tableName, this.table.tableName);
   }
 
-  /** One statement per grantee and action list; jobs granted later join its LeadingKeys condition. */
-  private grantPerJob(grantee: iam.IGrantable, actions: readonly string[], jobId: string): iam.Grant {
+  /**
+   * One statement per grantee and action list; jobs granted later join its LeadingKeys condition.
+   * `conditions` are the statement's others, the same for every job (an action list has one set).
+   */
+  private grantPerJob(
+    grantee: iam.IGrantable,
+    actions: readonly string[],
+    jobId: string,
+    conditions: Record<string, Record<string, unknown>> = {},
+  ): iam.Grant {
     let granteeId = this.granteeIds.get(grantee);
     if (granteeId === undefined) {
       granteeId = this.granteeIds.size;
@@ -202,6 +242,7 @@ export class ClaimsTable extends Construct implements ClaimsBackend {
       // Lazy: jobs bound after this one join the same condition.
       conditions: {
         'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': Lazy.list({ produce: () => [...patterns] }) },
+        ...conditions,
       },
     });
     this.jobGrants.set(key, { patterns, grant });

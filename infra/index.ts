@@ -16,6 +16,8 @@ export type { CatchUpPolicy, JobSpec, ScheduleSpec } from '../shared/job/job-spe
 export type { ClaimsBackend, ClaimsBackendFunctionOptions } from './claims-backend.js';
 export {
   CLAIMS_TABLE_ACTIONS,
+  CLAIMS_TABLE_DONE_MARKS_ACTIONS,
+  CLAIMS_TABLE_DONE_MARKS_ATTRIBUTES,
   CLAIMS_TABLE_IN_DOUBT_CONFIRMER_ACTIONS,
   CLAIMS_TABLE_PROVIDER_WORD_ACTIONS,
   ClaimsTable,

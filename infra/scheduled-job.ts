@@ -470,6 +470,7 @@ export class ScheduledJob extends Construct {
         [RuntimeEnv.workQueueUrl]: this.workQueue.queueUrl,
         [RuntimeEnv.deadlineSeconds]: String(this.deadline.toSeconds()),
         [RuntimeEnv.shards]: String(job.shards),
+        [RuntimeEnv.reserveAhead]: String(job.reserveAhead),
         [RuntimeEnv.takeoverSkewSeconds]: String(job.takeoverSkewSeconds),
         ...(ses
           ? {
@@ -1179,6 +1180,7 @@ function withDefaults(job: JobSpec): JobWithDefaults {
     timeoutSeconds: job.timeoutSeconds ?? JOB_DEFAULTS.timeoutSeconds,
     maxAttempts: job.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
     shards: job.shards ?? JOB_DEFAULTS.shards,
+    reserveAhead: job.reserveAhead ?? false,
     catchUp: job.catchUp ?? JOB_DEFAULTS.catchUp,
   };
 }

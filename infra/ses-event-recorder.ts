@@ -69,7 +69,8 @@ const recordersByStack: PerBackendRegistry<SesEventRecorder> = new WeakMap();
  * Nothing is lost quietly: EventBridge retries a delivery for 24 hours, Lambda retries a failed
  * invocation twice within 6 hours, and what is left of either lands in the recorder's dead-letter
  * queue, whose every new message pages (ProviderEventsLost). Least privilege: UpdateItem and GetItem
- * on its jobs' items (a DynamoDB claims table), no effect-key secret, no SES action.
+ * on its jobs' items (a DynamoDB claims table) and a Query of their done marks alone, no effect-key
+ * secret, no SES action.
  *
  * ScheduledJob creates it lazily (`SesEventRecorder.of`) for a job with `ses`, as the watchdog is.
  */
@@ -136,7 +137,7 @@ export class SesEventRecorder extends Construct {
       description:
         "slotguard SES event recorder: what SES said of each job's emails, onto their effect records",
       entry: SES_EVENT_RECORDER_MODULE,
-      // One conditional write per event.
+      // Two reads side by side and one conditional write per event.
       timeout: Duration.seconds(30),
       retryAttempts: LAMBDA_RETRY.attempts,
       maxEventAge: LAMBDA_RETRY.maxEventAge,

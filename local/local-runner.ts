@@ -870,6 +870,7 @@ function runOptionsOf(spec: JobSpec) {
     leaseMs: (spec.leaseSeconds ?? JOB_DEFAULTS.leaseSeconds) * 1000,
     effectConcurrency: spec.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
     maxAttempts: spec.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
+    ...(spec.reserveAhead ? { reserveAhead: true } : {}),
     ...(spec.takeoverSkewSeconds !== undefined
       ? { takeoverSkewMs: Math.round(spec.takeoverSkewSeconds * 1000) }
       : {}),

@@ -119,8 +119,8 @@ export function gatedBackend(
       return outcome;
     },
     renew: (claim, leaseMs, now) => gate.pass(() => backend.claims.renew(claim, leaseMs, now)),
-    checkpoint: (claim, checkpoint, progress) =>
-      gate.pass(() => backend.claims.checkpoint(claim, checkpoint, progress)),
+    checkpoint: (claim, checkpoint, progress, doneMarks) =>
+      gate.pass(() => backend.claims.checkpoint(claim, checkpoint, progress, doneMarks)),
     complete: (claim, summary, now) => gate.pass(() => backend.claims.complete(claim, summary, now)),
     release: (claim, reason, now) => gate.pass(() => backend.claims.release(claim, reason, now)),
     read: (slot) => gate.pass(() => backend.claims.read(slot)),

@@ -5,6 +5,7 @@ import { MetricName } from '../telemetry/metric-names.js';
 import type { JobMetrics } from '../telemetry/metrics.js';
 import { withEffectContext } from './effect-context.js';
 import type { EffectKeyHasher } from './effect-key.js';
+import type { RunMarks } from './run-marks.js';
 
 /** What became of one guarded effect. */
 export type EffectResult =
@@ -22,6 +23,9 @@ export type EffectResult =
   | 'stopped'
   /** Not this pass's concern: a retry pass passes by every effect that is not due. */
   | 'passed';
+
+/** What a reservation came to, as the step that performs its effect (or reports why it will not). */
+export type EffectStep = (perform: (signal: AbortSignal) => Promise<void>) => Promise<EffectResult>;
 
 /** What to do with an effect an earlier epoch reserved and never marked done. */
 export const InDoubtPolicy = {
@@ -78,22 +82,21 @@ export interface EffectRunnerOptions {
    * run stops: a provider that refuses or fails everything is not asked 12,400 times.
    */
   readonly failureStreakLimit: number;
-  /** Marks flushed together: 25 is BatchWriteItem's limit. */
-  readonly markBatchSize: number;
-  /** A pending mark waits at most this long before it is flushed. */
-  readonly markFlushMs: number;
+  /** The run's done marks: each reservation is numbered here and settled here. */
+  readonly marks: RunMarks;
   readonly onEffectError?: (keyHash: string, error: unknown) => void;
-  /** Called after done marks are written: those effects' outcomes are now durable. */
-  readonly onMarksDurable?: (keyHashes: readonly string[]) => void;
+  /** An effect was performed: its done mark goes with a coming checkpoint. */
+  readonly onPerformed?: () => void;
 }
 
 /** The most hashed keys a summary lists per list; the counts are always exact. */
 const LISTED_KEYS = 50;
 
 /**
- * Runs guarded effects for one claim: reserve (conditional put), perform, then mark done (batched)
- * or record the refusal for a later retry. It counts every outcome, so the run summary accounts for
- * every effect it was handed.
+ * Runs guarded effects for one claim: reserve (conditional put, numbered), perform, then settle the
+ * number in the run's done marks (written with its checkpoints, not one write per effect) or record
+ * the refusal for a later retry. It counts every outcome, so the run summary accounts for every
+ * effect it was handed.
  */
 export class EffectRunner {
   readonly #o: EffectRunnerOptions;
@@ -107,20 +110,16 @@ export class EffectRunner {
   #earliestRetryAt: number | undefined;
   readonly #inDoubtKeys: string[] = [];
   readonly #failedKeys: string[] = [];
-  #pendingMarks: string[] = [];
-  #flushing: Promise<void> = Promise.resolve();
-  #cancelFlushTimer: (() => void) | undefined;
   #stopReason: StopReason | undefined;
   #notAttempted = 0;
-  #unmarked = 0;
   #closed = false;
   #only: ReadonlySet<string> | undefined;
   #streak: { kind: string; length: number } | undefined;
   /**
-   * Keys this run is handling, or has handled without a durable outcome: reserving, in flight, mark
-   * pending, or in doubt. A second `once()` for one of them (a list naming a recipient twice) is
-   * skipped: the ledger would show it our own reservation, which it cannot tell from our own lost
-   * reply, and perform it again. Bounded by the concurrency, a mark batch and this run's in-doubt count.
+   * Keys this run is handling, or has handled without a settled outcome: reserving, in flight, or in
+   * doubt. A second `once()` for one of them (a list naming a recipient twice) is skipped without a
+   * request. One already performed meets its own reservation under another number, which the ledger
+   * answers `done`. Bounded by the concurrency and this run's in-doubt count.
    */
   readonly #unsettled = new Set<string>();
 
@@ -136,11 +135,6 @@ export class EffectRunner {
   /** Effects handed to the runner and not attempted because it was stopping. */
   get notAttempted(): number {
     return this.#notAttempted;
-  }
-
-  /** Effects performed whose done marks could not be written. */
-  get unmarked(): number {
-    return this.#unmarked;
   }
 
   /** Refusals recorded in the ledger by this run. */
@@ -197,73 +191,87 @@ export class EffectRunner {
     keyHash: string | undefined,
     perform: (signal: AbortSignal) => Promise<void>,
   ): Promise<EffectResult> {
+    return (await this.reserveHashed(keyHash))(perform);
+  }
+
+  /**
+   * The first half of onceHashed: reserves the effect now and answers the step that performs it
+   * (or reports what the reservation came to). A run reserving ahead calls this for its next effect
+   * while the current one is being performed; the step must then be taken, or the reservation
+   * stays in doubt.
+   */
+  async reserveHashed(keyHash: string | undefined): Promise<EffectStep> {
+    const now = (result: EffectResult | Promise<EffectResult>): EffectStep => {
+      const settled = Promise.resolve(result);
+      return () => settled;
+    };
     if (this.#closed || this.stopping()) {
       this.#notAttempted++;
-      return 'stopped';
+      return now('stopped');
     }
-    if (keyHash === undefined) return this.#invalidKey();
-    if (this.#only && !this.#only.has(keyHash)) return 'passed';
+    if (keyHash === undefined) return now(this.#invalidKey());
+    if (this.#only && !this.#only.has(keyHash)) return now('passed');
     if (this.#unsettled.has(keyHash)) {
       // A retry pass meeting a key this run already handled (found in doubt, or still settling):
       // counted once already, and not this pass's to retry; a later run's retry pass retries it.
-      if (this.#only) return 'passed';
+      if (this.#only) return now('passed');
       // The same key again in this run: already handled here.
       this.#skipped++;
       this.#o.metrics.count(MetricName.EffectSkipped);
-      return 'skipped';
+      return now('skipped');
     }
     this.#unsettled.add(keyHash);
+    const seq = this.#o.marks.take();
     let reservation: ReserveOutcome;
     try {
       reservation = await this.#o.ledger.reserve(this.#o.claim, keyHash, {
         rerunInDoubt: this.#o.inDoubtPolicy === InDoubtPolicy.Rerun,
         now: this.#o.clock.now(),
+        seq,
       });
     } catch (error) {
       if (!(error instanceof StoreError)) throw error;
       // The reservation may or may not have committed. If it did, the next run finds it reserved by
-      // this epoch and reports it in doubt; nothing was performed. Stop: the store is struggling.
+      // this epoch, uncovered by its marks, and reports it in doubt; nothing was performed. Stop:
+      // the store is struggling.
+      this.#o.marks.inDoubt(seq);
       this.#stopReason ??= 'store-error';
       this.#notAttempted++;
       this.#o.onEffectError?.(keyHash, error);
-      return 'stopped';
+      return now('stopped');
     }
     // A key in doubt stays remembered, so a second occurrence is not counted in doubt twice.
     if (reservation.kind !== 'reserved' && reservation.kind !== 'in-doubt') this.#unsettled.delete(keyHash);
+    // Only a granted reservation stands under our number.
+    if (reservation.kind !== 'reserved') this.#o.marks.closed(seq);
     switch (reservation.kind) {
       case 'done':
         this.#skipped++;
         this.#o.metrics.count(MetricName.EffectSkipped);
-        return 'skipped';
+        return now('skipped');
       case 'in-doubt':
         this.#recordInDoubt(keyHash);
-        return 'in-doubt';
+        return now('in-doubt');
       case 'fenced':
         this.#stopReason = 'lease-lost';
         this.#notAttempted++;
-        return 'stopped';
+        return now('stopped');
       case 'retry-later':
         this.#countRetrying(reservation.retryAt);
-        return 'retrying';
+        return now('retrying');
       case 'failed':
         this.#countFailed(keyHash);
-        return 'failed';
+        return now('failed');
       case 'elsewhere':
         // Another shard's to perform or report: this shard passes it by, uncounted.
-        return 'passed';
-      case 'reserved':
-        return this.#perform(keyHash, reservation.attempt, perform);
+        return now('passed');
+      case 'reserved': {
+        const { attempt } = reservation;
+        return (perform) => this.#perform(keyHash, seq, attempt, perform);
+      }
       default:
         return assertNever(reservation);
     }
-  }
-
-  /** Flushes pending marks; call before completing or releasing the slot. */
-  async settle(): Promise<void> {
-    this.#cancelFlushTimer?.();
-    this.#cancelFlushTimer = undefined;
-    await this.#flush();
-    await this.#flushing;
   }
 
   summary(): RunSummary {
@@ -281,6 +289,7 @@ export class EffectRunner {
 
   async #perform(
     keyHash: string,
+    seq: number,
     attempt: number,
     perform: (signal: AbortSignal) => Promise<void>,
   ): Promise<EffectResult> {
@@ -297,8 +306,10 @@ export class EffectRunner {
       await withEffectContext(context, () => perform(this.#o.signal));
     } catch (error) {
       this.#o.onEffectError?.(keyHash, error);
-      if (error instanceof EffectNotPerformedError) return this.#refused(keyHash, attempt, error);
-      // The effect may have happened (a timeout after the provider accepted it): never re-run it.
+      if (error instanceof EffectNotPerformedError) return this.#refused(keyHash, seq, attempt, error);
+      // The effect may have happened (a timeout after the provider accepted it): never re-run it,
+      // and never let the marks cover it.
+      this.#o.marks.inDoubt(seq);
       this.#recordInDoubt(keyHash);
       this.#countStreak(`error:${error instanceof Error ? error.name : typeof error}`);
       return 'in-doubt';
@@ -306,15 +317,9 @@ export class EffectRunner {
     this.#streak = undefined;
     this.#done++;
     this.#o.metrics.count(MetricName.EffectDone);
-    this.#pendingMarks.push(keyHash);
-    if (this.#pendingMarks.length >= this.#o.markBatchSize) {
-      await this.#flush();
-    } else if (!this.#cancelFlushTimer) {
-      this.#cancelFlushTimer = this.#o.clock.schedule(this.#o.markFlushMs, () => {
-        this.#cancelFlushTimer = undefined;
-        void this.#flush().catch(() => {});
-      });
-    }
+    this.#unsettled.delete(keyHash);
+    this.#o.marks.performed(seq, keyHash);
+    this.#o.onPerformed?.();
     return 'done';
   }
 
@@ -324,7 +329,12 @@ export class EffectRunner {
    * the wait was no attempt at all: the effect is recorded FAILED with the attempts it already had,
    * due at once, and a later run performs it.
    */
-  async #refused(keyHash: string, attempt: number, error: EffectNotPerformedError): Promise<EffectResult> {
+  async #refused(
+    keyHash: string,
+    seq: number,
+    attempt: number,
+    error: EffectNotPerformedError,
+  ): Promise<EffectResult> {
     const { ledger, claim, retry } = this.#o;
     try {
       if (error.reason === NotPerformedReason.Cancelled) {
@@ -337,6 +347,7 @@ export class EffectRunner {
           retryAt: this.#o.clock.now(),
           reason: NotPerformedReason.Cancelled,
         });
+        this.#o.marks.closed(seq);
         this.#unsettled.delete(keyHash);
         this.#notAttempted++;
         return 'stopped';
@@ -350,6 +361,7 @@ export class EffectRunner {
         reason: error.reason,
         ...(retryAt !== undefined ? { retryAt } : {}),
       });
+      this.#o.marks.closed(seq);
       this.#unsettled.delete(keyHash);
       this.#failuresRecorded++;
       // A recipient the provider rejects says nothing about the next one (a suppressed or bad
@@ -365,7 +377,8 @@ export class EffectRunner {
       return 'retrying';
     } catch (storeError) {
       if (!(storeError instanceof StoreError)) throw storeError;
-      // The reservation stays ours and unmarked: later runs read it as in doubt, and so does this one.
+      // The reservation stays ours and uncovered: later runs read it as in doubt, and so does this one.
+      this.#o.marks.inDoubt(seq);
       this.#o.onEffectError?.(keyHash, storeError);
       this.#stopReason ??= 'store-error';
       this.#recordInDoubt(keyHash);
@@ -398,26 +411,6 @@ export class EffectRunner {
     }
     this.#countFailed(keyHash);
     return 'failed';
-  }
-
-  /** Writes the pending marks. Flushes are chained so a batch never races the one before it. */
-  #flush(): Promise<void> {
-    if (this.#pendingMarks.length === 0) return this.#flushing;
-    const batch = this.#pendingMarks;
-    this.#pendingMarks = [];
-    // A mark that cannot be written leaves a performed effect reading as in doubt to a later run of
-    // this window; it is counted (unmarked) and never retried as a send.
-    this.#flushing = this.#flushing
-      .then(() => this.#o.ledger.markDone(this.#o.claim, batch))
-      .then(() => {
-        for (const keyHash of batch) this.#unsettled.delete(keyHash);
-        this.#o.onMarksDurable?.(batch);
-      })
-      .catch((error: unknown) => {
-        this.#unmarked += batch.length;
-        this.#o.onEffectError?.('(mark batch)', error);
-      });
-    return this.#flushing;
   }
 
   #recordInDoubt(keyHash: string): void {

@@ -1,6 +1,8 @@
 import type { Clock } from '../clock.js';
 import type { WalkWatermark } from '../effects/resumable-source.js';
+import type { RunMarks } from '../effects/run-marks.js';
 import { StoreError } from '../errors.js';
+import { withEpochMarks } from '../slot/done-marks.js';
 import type { Checkpoint, Claim, ClaimStore, RunSummary } from '../slot/ports.js';
 
 export interface CheckpointerOptions {
@@ -9,8 +11,30 @@ export interface CheckpointerOptions {
   readonly clock: Clock;
   /** The run's counts so far, stored beside the checkpoint for operators watching a long run. */
   readonly progress: () => RunSummary;
+  /** The run's done marks: written with every checkpoint. */
+  readonly marks: RunMarks;
   /** A checkpoint write found a later epoch on the slot: the lease is gone. */
   readonly onFenced: (message: string) => void;
+  /**
+   * Marks performed effects done one by one (EffectLedger.markDone): once the run is fenced, its
+   * marks can no longer go on the slot, and the sends it still finishes are recorded this way.
+   */
+  readonly markEach: (keyHashes: readonly string[]) => Promise<void>;
+  /**
+   * A write failed in the store: `unrecorded` performed effects are not on record yet (the next
+   * write carries them; if none succeeds, they read in doubt).
+   */
+  readonly onWriteFailed?: (error: unknown, unrecorded: number) => void;
+  /**
+   * Write once this many effects have been performed since the last write…
+   * @default 25
+   */
+  readonly everyPerformed?: number;
+  /**
+   * …or once this long has passed with an effect performed and not yet written, whichever comes first.
+   * @default 1_000
+   */
+  readonly performedWithinMs?: number;
   /**
    * Write once this many items have settled since the last write…
    * @default 100
@@ -24,12 +48,15 @@ export interface CheckpointerOptions {
 }
 
 /**
- * Keeps a window's checkpoint on its slot record while a run walks resumable sources: as effects
- * settle (and their done marks are written), each source's watermark moves, and the position is
- * written, fenced on owner and epoch, every 100 settled items or 5 seconds, whichever comes first.
- * The done marks, not the checkpoint, are what keeps a crash's in-doubt set small; a checkpoint only
- * saves re-walking, so a crash costs a continuation at most that much re-walking (each item found
- * done or in doubt at one conditional write), for about one write per 100 recipients.
+ * Keeps a window's checkpoint on its slot record: the run's done marks, and where it stands in each
+ * resumable source. One write, fenced on owner and epoch, carries both:
+ * - every 25 performed effects or 1 second after one, whichever comes first: the marks are what
+ *   makes a performed effect DONE, so a crash leaves at most that many performed effects in doubt
+ *   (as one batch of done marks did), for one write per 25 effects rather than one per effect;
+ * - every 100 settled items or 5 seconds otherwise, when only positions moved (a walk past effects
+ *   found done): a position saves re-walking, at about one write per 100 recipients.
+ * A performed effect counts toward a source's position only with the marks that cover it, in the
+ * same write. stop() writes what is left, before the run tallies its window.
  */
 export class Checkpointer {
   readonly #o: CheckpointerOptions;
@@ -39,10 +66,21 @@ export class Checkpointer {
   #moved = false;
   #dirty = false;
   #settledSinceWrite = 0;
+  #performedSinceWrite = 0;
+  #timerDue: number | undefined;
   #writing: Promise<void> | undefined;
   #writeAgain = false;
   #cancelTimer: (() => void) | undefined;
   #stopped = false;
+  /** A later epoch holds the slot: marks go on each effect's own record from now on. */
+  #fenced = false;
+  /** Performed effects the last successful write put on record. */
+  #recorded = 0;
+  /**
+   * Key hashes of performed effects that snapshots covered and no write has put on record yet (a
+   * write failed, or is under way): what a fenced run marks one by one.
+   */
+  #unrecorded: string[] = [];
   #bug: { readonly error: unknown } | undefined;
 
   constructor(options: CheckpointerOptions) {
@@ -79,43 +117,59 @@ export class Checkpointer {
     return { positions: { ...this.#positions }, walked: this.#walked };
   }
 
-  /** Done marks were written: the items waiting for them may move the watermarks. */
-  marked(keyHashes: readonly string[]): void {
-    for (const watermark of this.#watermarks.values()) watermark.marked(keyHashes);
-    this.#changed(0);
+  /** An effect was performed: its done mark goes with the next write. */
+  performed(): void {
+    if (this.#stopped) return;
+    this.#moved = true;
+    if (++this.#performedSinceWrite >= (this.#o.everyPerformed ?? 25)) this.#write();
+    else this.#writeWithin(this.#o.performedWithinMs ?? 1_000);
   }
 
   /** An item of a tracked walk settled. */
   settled(): void {
-    this.#changed(1);
+    this.#settledSinceWrite++;
+    this.#advanceWatermarks();
+    if (!this.#dirty || this.#stopped) return;
+    if (this.#settledSinceWrite >= (this.#o.everyItems ?? 100)) this.#write();
+    else this.#writeWithin(this.#o.everyMs ?? 5_000);
   }
 
-  /** Stops writing; waits for a write under way. The final position goes with the release. */
+  /**
+   * Writes what is left (marks and positions not yet written), then stops writing. The run's
+   * performed effects read DONE to its own tally, and to every later run, only once this is written.
+   */
   async stop(): Promise<void> {
-    this.#stopped = true;
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
-    await this.#writing;
+    while (this.#writing) await this.#writing;
+    if (this.#performedSinceWrite > 0 || this.#o.marks.uncovered > 0 || this.#dirty) {
+      this.#write();
+      while (this.#writing) await this.#writing;
+    }
+    this.#stopped = true;
     if (this.#bug) throw this.#bug.error;
   }
 
-  #changed(settled: number): void {
-    this.#settledSinceWrite += settled;
+  #advanceWatermarks(): void {
     let advanced = false;
     for (const watermark of this.#watermarks.values()) advanced = watermark.takeAdvance() || advanced;
     if (advanced) {
       this.#moved = true;
       this.#dirty = true;
     }
-    if (!this.#dirty || this.#stopped) return;
-    if (this.#settledSinceWrite >= (this.#o.everyItems ?? 100)) {
+  }
+
+  /** A write within `ms` from now, unless one is due sooner already. */
+  #writeWithin(ms: number): void {
+    const due = this.#o.clock.now() + ms;
+    if (this.#cancelTimer && this.#timerDue !== undefined && this.#timerDue <= due) return;
+    this.#cancelTimer?.();
+    this.#timerDue = due;
+    this.#cancelTimer = this.#o.clock.schedule(ms, () => {
+      this.#cancelTimer = undefined;
+      this.#timerDue = undefined;
       this.#write();
-    } else if (!this.#cancelTimer) {
-      this.#cancelTimer = this.#o.clock.schedule(this.#o.everyMs ?? 5_000, () => {
-        this.#cancelTimer = undefined;
-        this.#write();
-      });
-    }
+    });
   }
 
   /** One write at a time; a write asked for while one is under way follows it. */
@@ -127,24 +181,52 @@ export class Checkpointer {
     }
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
-    this.#dirty = false;
+    this.#timerDue = undefined;
     this.#settledSinceWrite = 0;
+    this.#performedSinceWrite = 0;
+    // The marks first: the items they newly cover may move the watermarks, and both go in this write.
+    const { claim } = this.#o;
+    const snapshot = this.#o.marks.snapshot();
+    for (const watermark of this.#watermarks.values()) watermark.marked(snapshot.newlyDone);
+    this.#advanceWatermarks();
+    this.#dirty = false;
     const checkpoint = this.current();
-    this.#writing = this.#o.store
-      .checkpoint(this.#o.claim, checkpoint, this.#o.progress())
-      .then((outcome) => {
+    const doneMarks = withEpochMarks(claim.window.doneMarks, claim.epoch, snapshot.marks);
+    this.#unrecorded.push(...snapshot.newlyDone);
+    const markEach = async () => {
+      const keyHashes = [...this.#unrecorded];
+      await this.#o.markEach(keyHashes);
+      this.#unrecorded = this.#unrecorded.slice(keyHashes.length);
+    };
+    const written = this.#fenced
+      ? markEach().then(() => ({ kind: 'ok' as const }))
+      : this.#o.store.checkpoint(claim, checkpoint, this.#o.progress(), doneMarks);
+    this.#writing = written
+      .then(async (outcome) => {
+        if (outcome.kind === 'ok') {
+          this.#recorded = snapshot.covered;
+          this.#unrecorded = [];
+        }
         if (outcome.kind === 'fenced') {
+          // A holder that outlived its lease still finishes the sends it had started; what it
+          // performed is true, and is recorded on each effect's own record (as every mark was
+          // before done marks), so a later epoch reads it done rather than in doubt.
+          this.#fenced = true;
           this.#o.onFenced(
             `checkpoint of slot ${this.#o.claim.slot.jobId} ${this.#o.claim.slot.window} was rejected: ` +
               `epoch ${outcome.epoch ?? '?'} (${outcome.state ?? 'gone'}) holds it now, epoch ${this.#o.claim.epoch} is fenced`,
           );
+          await markEach();
         }
       })
       .catch((error: unknown) => {
-        // A checkpoint that could not be written only costs re-walking; the next one carries it.
-        // Anything but a store failure is a bug: stop() throws it, so the run fails loudly.
-        if (error instanceof StoreError) this.#dirty = true;
-        else this.#bug ??= { error };
+        // A checkpoint that could not be written costs re-walking, and leaves the effects its marks
+        // newly covered in doubt if no later write succeeds; the next write carries both (marks
+        // are cumulative). Anything but a store failure is a bug: stop() throws it, so the run fails loudly.
+        if (error instanceof StoreError) {
+          this.#dirty = true;
+          this.#o.onWriteFailed?.(error, this.#o.marks.performedTotal - this.#recorded);
+        } else this.#bug ??= { error };
       })
       .finally(() => {
         this.#writing = undefined;

@@ -54,6 +54,16 @@ export interface JobSpec {
    */
   readonly shards?: number;
   /**
+   * Each effect worker reserves its next recipient while its current email is being sent, so the
+   * reservation's round trip hides behind the send before it (RunOptions.reserveAhead). A crash then
+   * leaves up to one more recipient per worker reserved and never sent: in doubt, or settled as never
+   * accepted from SES's events where the recorder is deployed. docs/design.md, "Reserving ahead".
+   * @default false: at a job's SES quota (often 14/s) the send rate, not the reservation, bounds a
+   *   run, so it buys nothing there; unthrottled 20 ms sends at concurrency 16 go 0.97× the
+   *   unguarded loop's rate with it and 0.69× without (docs/benchmarks.md)
+   */
+  readonly reserveAhead?: boolean;
+  /**
    * How long, in minutes after an email left in doubt was reserved (a run died between sending it
    * and recording it done), its window waits for the provider's word about it before judging it
    * without one (`inDoubtAfterGrace`). The window looks again a minute and five minutes after the

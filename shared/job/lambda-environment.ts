@@ -115,12 +115,23 @@ function runOptionsFromEnvironment(env: Env) {
     retentionDays: wholeNumber(env, RuntimeEnv.retentionDays, JOB_DEFAULTS.retentionDays, 2, 'days'),
     ...(deadlineSeconds !== undefined ? { deadlineMs: deadlineSeconds * 1000 } : {}),
     shards: wholeNumber(env, RuntimeEnv.shards, 1, 1, 'shards', MAX_SHARDS),
+    reserveAhead: reserveAheadOf(env),
     ...takeoverSkewOf(env, leaseSeconds),
     inDoubtResolution: {
       graceMs: wholeNumber(env, RuntimeEnv.inDoubtGraceSeconds, 0, 0, 'seconds') * 1000,
       afterGrace: afterGraceOf(env),
     },
   } satisfies RunOptions;
+}
+
+function reserveAheadOf(env: Env): boolean {
+  const raw = env[RuntimeEnv.reserveAhead];
+  if (raw === undefined || raw === '' || raw === 'false') return false;
+  if (raw === 'true') return true;
+  throw new ConfigurationError(
+    RuntimeEnv.reserveAhead,
+    `${RuntimeEnv.reserveAhead} is ${JSON.stringify(raw)}; set 'true' (reserve each worker's next effect during its send) or 'false' (the default)`,
+  );
 }
 
 function afterGraceOf(env: Env): AfterGrace {

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock.js';
-import { drainConcurrently } from '../effects/concurrent-drain.js';
+import { drainAhead, drainConcurrently, type TwoStep } from '../effects/concurrent-drain.js';
 import type { EffectKeyHasher, EffectKeyRing } from '../effects/effect-key.js';
 import {
   DEFAULT_EFFECT_RETRY,
   type EffectRetryPolicy,
   EffectRunner,
+  type EffectStep,
   InDoubtPolicy,
   type StopReason,
 } from '../effects/effect-runner.js';
@@ -17,6 +18,7 @@ import {
   sourceName,
   WalkWatermark,
 } from '../effects/resumable-source.js';
+import { RunMarks } from '../effects/run-marks.js';
 import { ConfigurationError, InvalidEventError, StoreError } from '../errors.js';
 import {
   type Claim,
@@ -109,9 +111,13 @@ export interface RunOptions {
    * @default no grace period; effects still in doubt after the words are applied are reported
    */
   readonly inDoubtResolution?: InDoubtResolution;
-  /** @default 25 */
+  /**
+   * The run writes its done marks (with its checkpoint) once this many effects were performed since
+   * the last write: a crash leaves at most this many performed effects, plus those in flight, in doubt.
+   * @default 25
+   */
   readonly markBatchSize?: number;
-  /** @default 1_000 */
+  /** …or this long after an effect was performed, whichever comes first. @default 1_000 */
   readonly markFlushMs?: number;
   /**
    * How long after its scheduled time (or its first claim, if that came later: a backfill) a window
@@ -144,6 +150,14 @@ export interface RunOptions {
    * @default 1
    */
   readonly shards?: number;
+  /**
+   * Each effect worker reserves its next effect while its current one is being performed, so the
+   * reservation's round trip hides behind the send before it. A crash then leaves up to one more
+   * effect per worker reserved and never performed: reported in doubt (or settled as never accepted
+   * from the provider's word, where that is recorded). docs/design.md, "Reserving ahead".
+   * @default false
+   */
+  readonly reserveAhead?: boolean;
   /**
    * Consecutive failures of one kind (a refusal reason, or an unknown error) that stop a run: the
    * provider is failing, and asking it 12,400 times helps nobody.
@@ -390,6 +404,7 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     args.options?.stopMarginMs ??
     (remaining ? Math.min(o.stopMarginMs, Math.floor(remaining() / 4)) : o.stopMarginMs);
   let checkpointer: Checkpointer | undefined;
+  const marks = new RunMarks();
   const effects = new EffectRunner({
     claim,
     ledger: backend.ledger,
@@ -406,22 +421,33 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     inDoubtPolicy: o.inDoubtPolicy,
     retry: o.effectRetry,
     failureStreakLimit: o.failureStreakLimit,
-    markBatchSize: o.markBatchSize,
-    markFlushMs: o.markFlushMs,
+    marks,
     onEffectError: (keyHash, error) =>
       log.warn('effect did not complete', {
         window: slot.window,
         effect: keyHash,
         error: safeErrorText(error),
       }),
-    onMarksDurable: (keyHashes) => checkpointer?.marked(keyHashes),
+    onPerformed: () => checkpointer?.performed(),
   });
   checkpointer = new Checkpointer({
     store: backend.claims,
     claim,
     clock,
+    marks,
+    everyPerformed: o.markBatchSize,
+    performedWithinMs: o.markFlushMs,
     progress: () => effects.summary(),
     onFenced: (message) => lease.fence(message),
+    markEach: async (keyHashes) => {
+      if (keyHashes.length > 0) await backend.ledger.markDone(claim, keyHashes);
+    },
+    onWriteFailed: (error, unrecorded) =>
+      log.warn('checkpoint not written: performed effects not on record yet', {
+        window: slot.window,
+        unrecorded,
+        error: safeErrorText(error),
+      }),
   });
   const run: RunState = { args, o, claim, lease, effects, checkpointer };
 
@@ -438,7 +464,6 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
   }
   // A job's own stray work (a `once` it did not await) reserves nothing once the run is finishing.
   effects.close();
-  await effects.settle();
   await checkpointer.stop();
   lease.stop();
   return finish(run, jobError);
@@ -970,22 +995,41 @@ function jobContext(run: RunState): JobContext {
       assertConcurrency(concurrency, 'onceEach concurrency');
       const mine = shard && options.split !== 'source' ? keyHashInShard(shard) : () => true;
       if (!isResumable(items)) {
-        await drainConcurrently(
-          items,
-          concurrency,
-          (item) => {
+        await drainEffects(run, items, concurrency, {
+          prepare: async (item) => {
             const keyHash = effects.hashOf(options.key(item));
-            return mine(keyHash)
-              ? effects.onceHashed(keyHash, (signal) => effect(item, signal))
-              : Promise.resolve();
+            return mine(keyHash) ? effects.reserveHashed(keyHash) : passedBy;
           },
-          () => effects.stopping(),
-        );
+          finish: (item, step) => step((signal) => effect(item, signal)),
+        });
         return;
       }
       await walkResumable(run, items, options.key, concurrency, effect, mine);
     },
   };
+}
+
+/** The step of an effect that is not this run's (another shard's key). */
+const passedBy: EffectStep = async () => 'passed';
+
+/**
+ * Drains items through the runner, one reservation ahead per worker when the run reserves ahead
+ * (RunOptions.reserveAhead): the next effect is reserved while the current one is performed.
+ */
+function drainEffects<T, P>(
+  run: RunState,
+  items: AsyncIterable<T> | Iterable<T>,
+  concurrency: number,
+  steps: TwoStep<T, P>,
+): Promise<void> {
+  const stop = () => run.effects.stopping();
+  if (run.o.reserveAhead) return drainAhead(items, concurrency, steps, stop);
+  return drainConcurrently(
+    items,
+    concurrency,
+    async (item) => steps.finish(item, await steps.prepare(item)),
+    stop,
+  );
 }
 
 /**
@@ -1006,20 +1050,19 @@ async function walkResumable<T>(
   const start = checkpointer.startOf(name);
   const watermark = new WalkWatermark(start);
   checkpointer.track(name, watermark);
-  await drainConcurrently(
-    source.read(start),
-    concurrency,
-    async (item) => {
+  await drainEffects(run, source.read(start), concurrency, {
+    prepare: async (item) => {
+      // Pulled in order: the watermark numbers items as the source yields them.
       const seq = watermark.pulled(source.position(item));
       const keyHash = effects.hashOf(key(item));
-      const result = mine(keyHash)
-        ? await effects.onceHashed(keyHash, (signal) => effect(item, signal))
-        : 'passed';
+      return { seq, keyHash, step: mine(keyHash) ? await effects.reserveHashed(keyHash) : passedBy };
+    },
+    finish: async (item, { seq, keyHash, step }) => {
+      const result = await step((signal) => effect(item, signal));
       watermark.settled(seq, keyHash, result);
       checkpointer.settled();
     },
-    () => effects.stopping(),
-  );
+  });
   if (start === undefined || effects.stopping()) return;
   let due: ReadonlySet<string>;
   try {
@@ -1072,6 +1115,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
     failureStreakLimit: options.failureStreakLimit ?? 10,
     takeoverSkewMs: options.takeoverSkewMs ?? defaultTakeoverSkewMs(leaseMs),
     shards: options.shards ?? 1,
+    reserveAhead: options.reserveAhead ?? false,
   };
   if (!Number.isFinite(leaseMs) || leaseMs < 1_000) {
     throw new ConfigurationError(
@@ -1107,7 +1151,7 @@ export function resolveRunOptions(options: RunOptions = {}) {
   if (resolved.markBatchSize < 1 || resolved.markBatchSize > 25) {
     throw new ConfigurationError(
       'markBatchSize',
-      `markBatchSize is ${resolved.markBatchSize}; use 1 to 25 (BatchWriteItem's limit)`,
+      `markBatchSize is ${resolved.markBatchSize}; use 1 to 25 (a crash leaves up to this many performed effects in doubt)`,
     );
   }
   if (!(resolved.takeoverSkewMs >= 0) || resolved.takeoverSkewMs >= leaseMs) {

@@ -47,6 +47,8 @@ export const RuntimeEnv = {
   deadlineSeconds: 'SLOTGUARD_DEADLINE_SECONDS',
   /** Shards each new window is split into (RunOptions.shards); unset: 1. */
   shards: 'SLOTGUARD_SHARDS',
+  /** `true`: each effect worker reserves its next effect while its current one is performed (RunOptions.reserveAhead). */
+  reserveAhead: 'SLOTGUARD_RESERVE_AHEAD',
   /**
    * How long after a lease's end, by the claimer's clock, another run may take it over
    * (RunOptions.takeoverSkewMs, in seconds, to the millisecond); unset: defaultTakeoverSkewMs.

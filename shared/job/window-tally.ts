@@ -27,8 +27,9 @@ export interface WindowTally {
 }
 
 /**
- * Reads every effect record of the window once and counts it: DONE is done, RESERVED is in doubt
- * (the holder that reserved it is over: the run tallying has flushed its own marks), FAILED is failed
+ * Reads every effect record of the window once and counts it as it stands: DONE (or a reservation
+ * its run's done marks cover: the ledger reads it DONE) is done, RESERVED is in doubt (the holder
+ * that reserved it is over: the run tallying has written its own marks), FAILED is failed
  * for good or waiting for its retry. Exact whatever crashes, takeovers and continuations came before,
  * because it counts what is on record rather than what runs reported. For a shard's slot, only the
  * records that shard wrote.

@@ -39,8 +39,9 @@ export function sesEventRecorderFromEnvironment(env: Env = process.env) {
 
 /**
  * The ledger the environment names, checked now and connected on first use. Only its
- * `recordProviderWord` is used: an UpdateItem conditioned on the record (and a GetItem when the
- * condition fails and no old item came back), or one UPDATE of an effect row.
+ * `recordProviderWord` is used: on DynamoDB a GetItem of the record and a Query of its window's done
+ * marks, then an UpdateItem conditioned on the record (and a GetItem when the condition fails and no
+ * old item came back); on Postgres one UPDATE of an effect row.
  */
 export function providerWordLedgerFromEnvironment(env: Env): () => Promise<ProviderWordLedger> {
   const kind = backendKind(env);

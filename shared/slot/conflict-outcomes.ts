@@ -1,3 +1,4 @@
+import { coveredByMarks } from './done-marks.js';
 import type {
   Claim,
   ClaimOutcome,
@@ -74,7 +75,10 @@ export function claimOutcomeOfConflict(
  */
 export function progressOf(
   record:
-    | Pick<SlotRecord, 'deadline' | 'checkpoint' | 'runsWithoutProgress' | 'keyVersion' | 'shards'>
+    | Pick<
+        SlotRecord,
+        'deadline' | 'checkpoint' | 'runsWithoutProgress' | 'keyVersion' | 'shards' | 'doneMarks'
+      >
     | undefined,
   requestedDeadline: number,
   requestedKeyVersion?: string,
@@ -89,6 +93,7 @@ export function progressOf(
     runsWithoutProgress: record?.runsWithoutProgress ?? 0,
     ...(keyVersion !== undefined ? { keyVersion } : {}),
     ...(shards !== undefined && shards > 1 ? { shards } : {}),
+    ...(record?.doneMarks ? { doneMarks: record.doneMarks } : {}),
   };
 }
 
@@ -137,10 +142,18 @@ export function reserveOutcomeOfConflict(
   if (current.state === EffectState.Done) return { kind: 'done' };
   // Epochs are a shard's own: another shard's reservation or refusal is that shard's to see to.
   if (current.shard !== claim.slot.shard) return { kind: 'elsewhere', shard: current.shard };
+  // An earlier epoch's reservation its done marks cover was performed: done.
+  if (coveredByMarks(current, claim.window.doneMarks)) return { kind: 'done' };
   if (current.owner === claim.owner && current.epoch === claim.epoch) {
     if (current.state === EffectState.Reserved) {
-      // Our own reservation committed and its reply was lost; the client's retry met it.
-      return { kind: 'reserved', rerun: false, attempt: current.attempts + 1 };
+      if (current.seq === undefined || options.seq === undefined || current.seq === options.seq) {
+        // Our own reservation committed and its reply was lost; the client's retry met it.
+        return { kind: 'reserved', rerun: false, attempt: current.attempts + 1 };
+      }
+      // Our own earlier reservation of the key, under another number: the runner reserves a key a
+      // second time only once the first settled done (one still in flight or in doubt it skips
+      // without asking), and this run's marks may not be written yet. Never perform it again.
+      return { kind: 'done' };
     }
   } else if (current.epoch > claim.epoch) {
     // A later epoch reserved it, or recorded its refusal: that epoch holds the slot now.

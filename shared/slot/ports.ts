@@ -131,6 +131,30 @@ export interface Checkpoint {
   readonly walked: boolean;
 }
 
+/**
+ * One run's done marks, written with its checkpoint instead of a write per effect: every effect this
+ * epoch reserved with a sequence number below `below` was performed, except the sequence numbers in
+ * `open` (still in flight when the marks were written, or in doubt) and effects recorded on their
+ * own (FAILED). A reservation this covers reads DONE; one it does not cover stays RESERVED: in doubt
+ * once its run is over.
+ */
+export interface EpochDoneMarks {
+  /** Every sequence number below this was performed, except `open`. */
+  readonly below: number;
+  /** Sequence numbers below `below` whose effects are not known performed. At most MAX_OPEN_MARKS. */
+  readonly open: readonly number[];
+}
+
+/** The most open sequence numbers one run's marks list: the slot record stays small. */
+export const MAX_OPEN_MARKS = 64;
+
+/**
+ * A window's (or a shard's) done marks by epoch, as decimal strings: each run adds its own. Stored
+ * apart from the checkpoint and never cleared while the window's effect records live, because a
+ * reservation these cover reads DONE only through them.
+ */
+export type DoneMarks = Readonly<Record<string, EpochDoneMarks>>;
+
 /** A window's progress as a claim finds it, from the slot record the claim replaced. */
 export interface WindowProgress {
   /** When the window must be finished (epoch ms), as the first claim stored it. */
@@ -143,6 +167,8 @@ export interface WindowProgress {
   readonly keyVersion?: string;
   /** Shards the window is split into, as its first claim stored it (a window claim only). */
   readonly shards?: number;
+  /** Done marks of earlier epochs of this slot: what their reservations came to. */
+  readonly doneMarks?: DoneMarks;
 }
 
 /** A granted claim: the lease and its fencing epoch. */
@@ -282,6 +308,8 @@ export interface SlotRecord {
   /** A sharded window: how many shards, and which have reached their end. */
   readonly shards?: number;
   readonly finishedShards?: readonly number[];
+  /** Every epoch's done marks (see DoneMarks). */
+  readonly doneMarks?: DoneMarks;
 }
 
 /** How a sharded window ends, once its last shard has. */
@@ -300,9 +328,15 @@ export interface ClaimStore {
   renew(claim: Claim, leaseMs: number, now: number): Promise<RenewOutcome>;
   /**
    * Records where the run stands (conditioned on owner and epoch): the checkpoint the next run
-   * resumes from, and this run's counts so far.
+   * resumes from, this run's counts so far and, when given, the slot's done marks (every epoch's:
+   * the claim's `window.doneMarks` with this epoch's added), replacing the stored ones.
    */
-  checkpoint(claim: Claim, checkpoint: Checkpoint, progress: RunSummary): Promise<FinishOutcome>;
+  checkpoint(
+    claim: Claim,
+    checkpoint: Checkpoint,
+    progress: RunSummary,
+    doneMarks?: DoneMarks,
+  ): Promise<FinishOutcome>;
   /**
    * Finishes the window, conditioned on owner and epoch: DONE, or PARTIAL when `summary.failed` is
    * more than zero.
@@ -358,6 +392,11 @@ export interface EffectRecord {
   readonly reservedAt?: number;
   /** What the provider said of the message this reservation sent, if it said anything yet. */
   readonly provider?: ProviderWord;
+  /**
+   * The reserving run's sequence number for it (RESERVED records): the run's done marks cover it
+   * by this. Absent: no marks cover it; only an individual done mark settles it.
+   */
+  readonly seq?: number;
 }
 
 /**
@@ -418,6 +457,12 @@ export interface ReserveOptions {
   readonly rerunInDoubt: boolean;
   /** The caller's clock reading: a failed effect whose `retryAt` has passed is reserved again. */
   readonly now: number;
+  /**
+   * The run's sequence number for this reservation, stored on the record so the run's done marks
+   * can cover it. A run numbers its reservations 0, 1, 2…; a key is reserved under one number.
+   * @default none: the record is covered by no marks, only by markDone
+   */
+  readonly seq?: number;
 }
 
 /** The effect half of a backend: one conditional reservation per effect, marked done after it. */
@@ -427,7 +472,11 @@ export interface EffectLedger {
    * stamped with the claim's epoch and owner.
    */
   reserve(claim: Claim, keyHash: string, options: ReserveOptions): Promise<ReserveOutcome>;
-  /** Marks reserved effects done. May be batched; marks only keys this claim reserved. */
+  /**
+   * Marks reserved effects done one by one. May be batched; marks only keys this claim reserved. A
+   * run marks its effects with done marks on its slot instead (ClaimStore.checkpoint); this is for
+   * reservations no marks can cover (made without a sequence number).
+   */
   markDone(claim: Claim, keyHashes: readonly string[]): Promise<void>;
   /**
    * Records that our reservation's effect was refused before it was performed (conditioned on the
@@ -436,13 +485,19 @@ export interface EffectLedger {
   recordFailure(claim: Claim, keyHash: string, failure: EffectFailure): Promise<void>;
   /** Deletes our reservation of an effect that was never attempted (the run stopped before sending). */
   unreserve(claim: Claim, keyHash: string): Promise<void>;
-  /** Reads one effect record (strongly consistent). */
+  /**
+   * Reads one effect record (strongly consistent), as it stands: a reservation the slot's done
+   * marks cover reads DONE (effectiveRecord).
+   */
   read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined>;
-  /** Lists every effect record of a slot, for the window's summary, operators and tests. */
+  /**
+   * Lists every effect record of a slot, for the window's summary, operators and tests, as they
+   * stand: reservations the done marks of the window's slot records cover read DONE.
+   */
   list(slot: Slot): AsyncIterable<EffectRecord>;
   /**
    * Writes what the provider said of an effect's message onto its record: only on a RESERVED or
-   * FAILED record of the word's epoch, never on a DONE one; an `accepted` word is never replaced by
+   * FAILED record of the word's epoch, never on a DONE one (nor a reservation done marks cover); an `accepted` word is never replaced by
    * a `rejected` one (SES may report both for one message: Send, then Bounce).
    */
   recordProviderWord(slot: Slot, keyHash: string, word: ProviderWord): Promise<ProviderWordOutcome>;

@@ -346,6 +346,132 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
     });
   });
 
+  describe(`${name}: done marks`, () => {
+    const at = (seq: number) => ({ rerunInDoubt: false, now: T0, seq });
+    const walking = { positions: { customers: 'c000004' }, walked: false };
+
+    /** Run `a` (epoch 1) reserved k0…k4 as numbers 0…4 and checkpointed marks: below 4, 2 open. */
+    async function markedRun() {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      for (let seq = 0; seq < 5; seq++) await ledger.reserve(a, `k${seq}`, at(seq));
+      const marks = { '1': { below: 4, open: [2] } };
+      expect(await claims.checkpoint(a, walking, runSummary(1, 3), marks)).toEqual({ kind: 'ok' });
+      return { claims, ledger, slot, a, marks };
+    }
+
+    async function states(ledger: EffectLedger, slot: Slot): Promise<Record<string, string>> {
+      const listed: Record<string, string> = {};
+      for await (const record of ledger.list(slot)) listed[record.keyHash] = record.state;
+      return listed;
+    }
+
+    it('reads a reservation its epoch marks done as DONE, and one they leave open or pass by as RESERVED', async () => {
+      const { claims, ledger, slot, marks } = await markedRun();
+      expect(await claims.read(slot)).toMatchObject({ doneMarks: marks, checkpoint: walking });
+      expect(await ledger.read(slot, 'k0')).toMatchObject({ state: 'DONE', epoch: 1, seq: 0 });
+      expect(await ledger.read(slot, 'k2')).toMatchObject({ state: 'RESERVED', epoch: 1, seq: 2 });
+      expect(await ledger.read(slot, 'k4')).toMatchObject({ state: 'RESERVED', epoch: 1, seq: 4 });
+      expect(await states(ledger, slot)).toEqual({
+        k0: 'DONE',
+        k1: 'DONE',
+        k2: 'RESERVED',
+        k3: 'DONE',
+        k4: 'RESERVED',
+      });
+    });
+
+    it('hands a later epoch the marks: it skips what they cover and finds the rest in doubt, re-running it only by policy', async () => {
+      const { claims, ledger, slot, marks } = await markedRun();
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      expect(b.window.doneMarks).toEqual(marks);
+      expect(await ledger.reserve(b, 'k1', at(0))).toEqual({ kind: 'done' });
+      expect(await ledger.reserve(b, 'k3', { ...at(1), rerunInDoubt: true })).toEqual({ kind: 'done' });
+      expect(await ledger.reserve(b, 'k2', at(2))).toEqual({ kind: 'in-doubt', epoch: 1 });
+      expect(await ledger.reserve(b, 'k4', { ...at(3), rerunInDoubt: true })).toEqual({
+        kind: 'reserved',
+        rerun: true,
+        attempt: 1,
+      });
+      expect(await ledger.read(slot, 'k4')).toMatchObject({ state: 'RESERVED', epoch: 2, seq: 3 });
+    });
+
+    it("keeps every epoch's marks through a yield, the next run's own marks and the window's completion", async () => {
+      const { claims, ledger, slot, a, marks } = await markedRun();
+      await claims.release(a, { kind: 'yield', checkpoint: walking, runsWithoutProgress: 0 }, T0 + 1_000);
+      const b = await claimOrFail(claims, slot, 'b', T0 + 2_000);
+      expect(b.window.doneMarks).toEqual(marks);
+      await ledger.reserve(b, 'k5', at(0));
+      const both = { ...marks, '2': { below: 1, open: [] } };
+      expect(await claims.checkpoint(b, walking, runSummary(2, 1), both)).toEqual({ kind: 'ok' });
+      expect(await claims.complete(b, summary(2), T0 + 3_000)).toEqual({ kind: 'ok' });
+      expect(await claims.read(slot)).toMatchObject({ state: 'DONE', doneMarks: both });
+      expect((await states(ledger, slot)).k5).toBe('DONE');
+      expect((await states(ledger, slot)).k1).toBe('DONE');
+    });
+
+    it("rejects a fenced epoch's marks and keeps the live holder's", async () => {
+      const { claims, slot, a, marks } = await markedRun();
+      const b = await claimOrFail(claims, slot, 'b', T0 + LEASE + 1);
+      expect(
+        await claims.checkpoint(a, walking, runSummary(1, 5), { '1': { below: 5, open: [] } }),
+      ).toMatchObject({
+        kind: 'fenced',
+        epoch: 2,
+      });
+      expect((await claims.read(slot))?.doneMarks).toEqual(marks);
+      expect(await claims.checkpoint(b, walking, runSummary(2, 0))).toEqual({ kind: 'ok' });
+      expect((await claims.read(slot))?.doneMarks).toEqual(marks);
+    });
+
+    it('covers no reservation made without a number: only a done mark of its own settles it', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await ledger.reserve(a, 'k0', { rerunInDoubt: false, now: T0 });
+      await claims.checkpoint(a, walking, runSummary(1, 1), { '1': { below: 10, open: [] } });
+      expect(await ledger.read(slot, 'k0')).toMatchObject({ state: 'RESERVED' });
+      await ledger.markDone(a, ['k0']);
+      expect(await ledger.read(slot, 'k0')).toMatchObject({ state: 'DONE' });
+    });
+
+    it('tells a run meeting its own earlier reservation under another number that it is done, and its lost reply that it is its own', async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      expect(await ledger.reserve(a, 'k0', at(7))).toEqual({ kind: 'reserved', rerun: false, attempt: 1 });
+      expect(await ledger.reserve(a, 'k0', at(7))).toEqual({ kind: 'reserved', rerun: false, attempt: 1 });
+      expect(await ledger.reserve(a, 'k0', at(9))).toEqual({ kind: 'done' });
+      expect(await ledger.read(slot, 'k0')).toMatchObject({ state: 'RESERVED', seq: 7 });
+    });
+
+    it('records no provider word on a reservation the marks cover, and settles none: it is done', async () => {
+      const { ledger, slot } = await markedRun();
+      const word = { outcome: 'rejected', event: 'Reject', at: T0 + 30, epoch: 1 } as const;
+      expect(await ledger.recordProviderWord(slot, 'k1', word)).toBe('done');
+      expect((await ledger.read(slot, 'k1'))?.provider).toBeUndefined();
+      expect(await ledger.recordProviderWord(slot, 'k2', word)).toBe('recorded');
+      const raw = { keyHash: 'k1', state: 'RESERVED', epoch: 1, owner: 'a', attempts: 0, seq: 1 } as const;
+      expect(await ledger.settleInDoubt(slot, raw, 'retry', T0 + LEASE + 2)).toBe(false);
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'DONE' });
+    });
+
+    it("reads a shard's reservations by that shard's marks only", async () => {
+      const { claims, ledger } = await makeBackend();
+      const window = freshSlot();
+      const s0 = await claimOrFail(claims, { ...window, shard: 0 }, 's0', T0);
+      const s1 = await claimOrFail(claims, { ...window, shard: 1 }, 's1', T0);
+      await ledger.reserve(s0, 'a0', at(0));
+      await ledger.reserve(s1, 'b0', at(0));
+      await claims.checkpoint(s0, walking, runSummary(1, 1), { '1': { below: 1, open: [] } });
+      expect(await ledger.read(window, 'a0')).toMatchObject({ state: 'DONE', shard: 0 });
+      expect(await ledger.read(window, 'b0')).toMatchObject({ state: 'RESERVED', shard: 1 });
+      expect(await states(ledger, window)).toEqual({ a0: 'DONE', b0: 'RESERVED' });
+      expect(await ledger.reserve(s1, 'a0', at(1))).toEqual({ kind: 'elsewhere', shard: 0 });
+    });
+  });
+
   describe(`${name}: one rule for keys`, () => {
     it('stores one instant as one slot however its window is spelled', async () => {
       const { claims, ledger } = await makeBackend();

@@ -602,5 +602,42 @@ export function describeOperatorContract(
       expect(await backend.ledger.read(slot, 'ff01')).toMatchObject({ state: 'FAILED' });
       expect(await backend.operator.redrive(freshSlot(), request)).toEqual({ kind: 'absent' });
     });
+
+    it("keeps a window's done marks through a redrive: what they cover stays done", async () => {
+      const backend = await makeBackend();
+      const slot = freshSlot();
+      const run = await claim(backend.claims, slot, 'a', T0);
+      const numbered = (seq: number) => ({ rerunInDoubt: false, now: T0, seq });
+      // aa02 performed, bb02 refused for good, dd02 sent and never heard of: marks below 3, 2 open.
+      await backend.ledger.reserve(run, 'aa02', numbered(0));
+      await backend.ledger.reserve(run, 'bb02', numbered(1));
+      await backend.ledger.reserve(run, 'dd02', numbered(2));
+      await backend.ledger.recordFailure(run, 'bb02', { attempts: 5, reason: 'rejected' });
+      const marks = { '1': { below: 3, open: [2] } };
+      const walked = { positions: { customers: '3' }, walked: true };
+      expect(await backend.claims.checkpoint(run, walked, runSummary(1, 1), marks)).toEqual({ kind: 'ok' });
+      expect(await backend.claims.complete(run, summary(1, 1, 1), T0 + 1)).toEqual({ kind: 'ok' });
+
+      const outcome = await backend.operator.redrive(slot, {
+        expectedEpoch: 1,
+        now: T0 + 2,
+        deadline: FRESH_DEADLINE,
+      });
+      expect(outcome).toMatchObject({
+        kind: 'redriven',
+        cleared: [{ keyHash: 'bb02' }],
+        record: { state: 'RELEASED', doneMarks: marks },
+      });
+      expect(await backend.ledger.read(slot, 'aa02')).toMatchObject({ state: 'DONE', epoch: 1, seq: 0 });
+      expect(await backend.ledger.read(slot, 'dd02')).toMatchObject({ state: 'RESERVED', epoch: 1, seq: 2 });
+
+      const rerun = await claim(backend.claims, slot, 'b', T0 + 3);
+      expect(rerun.window.doneMarks).toEqual(marks);
+      const reserve = (key: string, seq: number) =>
+        backend.ledger.reserve(rerun, key, { rerunInDoubt: false, now: T0 + 3, seq });
+      expect(await reserve('aa02', 0)).toEqual({ kind: 'done' });
+      expect(await reserve('bb02', 1)).toEqual({ kind: 'reserved', rerun: false, attempt: 1 });
+      expect(await reserve('dd02', 2)).toEqual({ kind: 'in-doubt', epoch: 1 });
+    });
   });
 }

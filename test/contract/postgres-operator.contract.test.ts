@@ -29,6 +29,16 @@ describeInDoubtResolverContract('Postgres stores, caller clock', openSchema);
 // confirmations are operator writes on this file's stores.
 describeWatchdogInDoubt('Postgres, caller clock', openSchema);
 
+const splitLease = (owner: string, slot: Slot, overrides: Partial<LeaseRequest> = {}) =>
+  leaseRequest(owner, slot, { delivery: { invocationId: owner }, ...overrides });
+
+/** Claims `slot` (a window split in two, or one of its shards) for `owner`, or throws. */
+async function claimed(claims: ClaimStore, slot: Slot, owner: string, now: number): Promise<Claim> {
+  const outcome = await claims.claim(slot, splitLease(owner, slot, { shards: 2 }), now);
+  if (outcome.kind !== 'claimed') throw new Error(`expected ${owner} to claim, got ${outcome.kind}`);
+  return outcome.claim;
+}
+
 /*
  * What the Postgres operator store does with a window split into shards (PostgresOperatorStore's
  * class comment): it acts on the whole window, gives its shards back with it, and refuses while
@@ -38,8 +48,7 @@ describeWatchdogInDoubt('Postgres, caller clock', openSchema);
 describe('Postgres operator store: sharded windows', () => {
   const LEASE = 60_000;
   const freshWindow = slotSequence('sharded-operator');
-  const lease = (owner: string, slot: Slot, overrides: Partial<LeaseRequest> = {}) =>
-    leaseRequest(owner, slot, { delivery: { invocationId: owner }, ...overrides });
+  const lease = splitLease;
   const summary = (done: number, inDoubt = 0, failed = 0): WindowSummary => ({
     done,
     inDoubt,
@@ -48,12 +57,6 @@ describe('Postgres operator store: sharded windows', () => {
     failedKeys: [],
     runs: 1,
   });
-
-  async function claimed(claims: ClaimStore, slot: Slot, owner: string, now: number): Promise<Claim> {
-    const outcome = await claims.claim(slot, lease(owner, slot, { shards: 2 }), now);
-    if (outcome.kind !== 'claimed') throw new Error(`expected ${owner} to claim, got ${outcome.kind}`);
-    return outcome.claim;
-  }
 
   /** A window of two shards its coordinator has handed out (SHARDED at epoch 1), and when. */
   async function handedOut(claims: ClaimStore) {
@@ -280,5 +283,85 @@ describe('Postgres operator store: sharded windows', () => {
     expect(await claims.read(window)).toMatchObject({ state: 'RELEASED', shards: 2 });
     expect(await claims.read(shard(0))).toMatchObject({ state: 'RELEASED', epoch: 2 });
     expect(await claims.read(shard(1))).toMatchObject({ state: 'RELEASED', epoch: 1 });
+  });
+});
+
+/*
+ * A reservation its run's done marks cover was performed: the operator store reads it as DONE
+ * under the slot rows it locks (the window's, and its shards'), and no operator write clears the marks.
+ */
+describe('Postgres operator store: done marks', () => {
+  const freshWindow = slotSequence('marked-operator');
+  const walking = { positions: { customers: 'c000002' }, walked: false };
+  const summary: WindowSummary = {
+    done: 1,
+    inDoubt: 1,
+    failed: 0,
+    inDoubtKeys: ['k1'],
+    failedKeys: [],
+    runs: 1,
+  };
+
+  it('does not clear a reservation the done marks cover, so reopening the window never sends it again', async () => {
+    const { claims, ledger, operator } = await openSchema();
+    const window = freshWindow();
+    const t0 = Date.parse(window.window) + 5_000;
+    const run = await claims.claim(window, leaseRequest('a', window), t0);
+    if (run.kind !== 'claimed') throw new Error(run.kind);
+    for (const seq of [0, 1])
+      await ledger.reserve(run.claim, `k${seq}`, { rerunInDoubt: false, now: t0, seq });
+    const marks = { '1': { below: 2, open: [1] } };
+    expect(await claims.checkpoint(run.claim, walking, runSummary(1, 1), marks)).toEqual({ kind: 'ok' });
+    expect(await claims.complete(run.claim, summary, t0 + 1)).toEqual({ kind: 'ok' });
+
+    const request = { expectedEpoch: 1, now: t0 + 2, deadline: t0 + 3_600_000 };
+    expect(await operator.resolveEffect(window, 'k0', 'clear', request)).toMatchObject({
+      kind: 'effect-not-in-doubt',
+      current: { keyHash: 'k0', state: 'DONE', seq: 0 },
+    });
+    expect(await ledger.read(window, 'k0')).toMatchObject({ state: 'DONE' });
+    expect(await claims.read(window)).toMatchObject({ state: 'DONE' });
+    // The one left open is in doubt, and the operator may clear it: the window reopens, marks kept.
+    expect(await operator.resolveEffect(window, 'k1', 'clear', request)).toMatchObject({
+      kind: 'resolved',
+      slotReopened: true,
+    });
+    expect(await claims.read(window)).toMatchObject({ state: 'RELEASED', doneMarks: marks });
+    expect(await operator.redrive(window, request)).toMatchObject({ kind: 'redriven', cleared: [] });
+    expect(await operator.redrive(window, { ...request, keyHashes: ['k0'] })).toMatchObject({
+      kind: 'effects-not-failed',
+      effects: [{ keyHash: 'k0', current: { state: 'DONE' } }],
+    });
+    const next = await claims.claim(window, leaseRequest('b', window), t0 + 3);
+    expect(next).toMatchObject({ kind: 'claimed', claim: { epoch: 2, window: { doneMarks: marks } } });
+    if (next.kind !== 'claimed') throw new Error(next.kind);
+    expect(await ledger.reserve(next.claim, 'k0', { rerunInDoubt: true, now: t0 + 3, seq: 0 })).toEqual({
+      kind: 'done',
+    });
+  });
+
+  it("reads a shard's reservation by that shard's marks when resolving it", async () => {
+    const { claims, ledger, operator } = await openSchema();
+    const window = freshWindow();
+    const t0 = Date.parse(window.window) + 5_000;
+    const coordinator = await claimed(claims, window, 'coordinator', t0);
+    expect(await claims.release(coordinator, { kind: 'sharded', shards: 2 }, t0 + 1)).toEqual({ kind: 'ok' });
+    const s0 = await claimed(claims, { ...window, shard: 0 }, 's0', t0 + 2);
+    const s1 = await claimed(claims, { ...window, shard: 1 }, 's1', t0 + 2);
+    await ledger.reserve(s0, 'a0', { rerunInDoubt: false, now: t0 + 3, seq: 0 });
+    await ledger.reserve(s1, 'b0', { rerunInDoubt: false, now: t0 + 3, seq: 0 });
+    await claims.checkpoint(s0, walking, runSummary(1, 1), { '1': { below: 1, open: [] } });
+
+    // Both shards' holders are gone (their leases ended): what each reserved is the operator's to resolve.
+    const request = { expectedEpoch: 1, now: t0 + 2 + 60_001 };
+    expect(await operator.resolveEffect(window, 'a0', 'done', request)).toMatchObject({
+      kind: 'effect-not-in-doubt',
+      current: { keyHash: 'a0', state: 'DONE', shard: 0 },
+    });
+    expect(await operator.resolveEffect(window, 'b0', 'done', request)).toMatchObject({
+      kind: 'resolved',
+      before: { keyHash: 'b0', shard: 1 },
+    });
+    expect(await ledger.read(window, 'b0')).toMatchObject({ state: 'DONE', shard: 1 });
   });
 });

@@ -78,6 +78,12 @@ export interface ScenarioStore {
    * the database's clock, so the row's lease end is moved into the past.
    */
   expireLease(slot: Slot, holderSkewMs: number): Promise<Clock>;
+  /**
+   * Waits until whatever the killed replicas named here had sent the store has landed. Postgres:
+   * their server sessions are gone (a statement a dead client sent still commits until its session
+   * notices). DynamoDB needs none: a request is applied whole when it arrives.
+   */
+  untilSettled?(replicaNames: readonly string[]): Promise<void>;
 }
 
 /** Faults in the store while a replica runs (scenario 6), as each backend can have them. */
@@ -306,6 +312,8 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
       await Promise.all(replicas.map((replica) => replica.exited));
       await sink.close();
     });
+    /** Replicas whose process has ended (killed, or exited). */
+    const ended: string[] = [];
     const replica = (name: string, options: Partial<ReplicaOptions> = {}) => {
       const started = startReplica({
         store: store.replicaStore(),
@@ -318,6 +326,7 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
         ...options,
       });
       replicas.push(started);
+      void started.exited.then(() => ended.push(name));
       return started;
     };
     /**
@@ -390,7 +399,9 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
      * each: accepted (the sink has the email), refused, and never handed to it.
      */
     const leftByTheDead = async () => {
-      // What the dead replica handed over before it died is answered, and its word told, first.
+      // What the dead replica handed over before it died is answered, and its word told, first;
+      // what it sent the store has landed.
+      await store.untilSettled?.(ended);
       await sink.idle();
       const tally = await ledger();
       const inDoubt = tally.emailsOf(EffectState.Reserved, 1);

@@ -72,6 +72,13 @@ describeFaultMatrix({
         await postgres.ageLease(schema, slot, 2 * LEASE_MS);
         return systemClock;
       },
+      async untilSettled(replicaNames) {
+        const sessions = await postgres.sql<{ pid: number }>(
+          'SELECT pid FROM pg_stat_activity WHERE application_name = ANY($1::text[])',
+          [replicaNames],
+        );
+        await postgres.untilGone(sessions.map((s) => s.pid));
+      },
     };
   },
   storeFaults: {

@@ -592,7 +592,8 @@ function reportingClaims(claims: ClaimStore, write: (line: string) => void): Cla
       return outcome;
     },
     renew: (claim, leaseMs, now) => claims.renew(claim, leaseMs, now),
-    checkpoint: (claim, checkpoint, progress) => claims.checkpoint(claim, checkpoint, progress),
+    checkpoint: (claim, checkpoint, progress, doneMarks) =>
+      claims.checkpoint(claim, checkpoint, progress, doneMarks),
     complete: (claim, summary, now) => claims.complete(claim, summary, now),
     release: (claim, reason, now) => claims.release(claim, reason, now),
     read: (slot) => claims.read(slot),

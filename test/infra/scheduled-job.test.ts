@@ -587,6 +587,16 @@ describe('ScheduledJob: shards', () => {
     expect(eventSourceOf(stack, wide).ScalingConfig).toEqual({ MaximumConcurrency: 12 });
   });
 
+  it('tells the runtime whether to reserve ahead: off unless the job asks', () => {
+    const stack = stackWithoutBundling();
+    const plain = addJob(stack, 'plain', jobSpec({ id: 'plain' }));
+    const ahead = addJob(stack, 'ahead', jobSpec({ id: 'ahead', reserveAhead: true }));
+    const variables = (job: ScheduledJob) => resourceOf(stack, job.function).Properties.Environment.Variables;
+    expect(variables(plain)[RuntimeEnv.reserveAhead]).toBe('false');
+    expect(variables(ahead)[RuntimeEnv.reserveAhead]).toBe('true');
+    expect([plain.job.reserveAhead, ahead.job.reserveAhead]).toEqual([false, true]);
+  });
+
   it('tells the runtime the takeover skew allowance: 2 s by default, a sixth of a short lease, or as set', () => {
     const stack = stackWithoutBundling();
     const plain = addJob(stack, 'plain', jobSpec({ id: 'plain' }));

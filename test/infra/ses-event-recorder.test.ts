@@ -240,7 +240,7 @@ describe('the watchdog confirms late acceptances of the jobs whose SES events ar
 });
 
 describe('SesEventRecorder: one per stack and claims backend, least privilege', () => {
-  it('records every job of one backend with one function, which may update and read their items and nothing else', () => {
+  it('records every job of one backend with one function, which may update and read their items, Query their done marks alone, and nothing else', () => {
     const stack = stackWithoutBundling();
     const first = addJob(stack, {});
     const second = addJob(stack, { id: 'payment-reminder', schedule: { expression: 'rate(15 minutes)' } });
@@ -267,6 +267,17 @@ describe('SesEventRecorder: one per stack and claims backend, least privilege', 
         // One statement for both jobs: the second joined the first's condition.
         Condition: {
           'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['weekly-report#*', 'payment-reminder#*'] },
+        },
+      },
+      {
+        Effect: 'Allow',
+        Action: 'dynamodb:Query',
+        Resource: { 'Fn::GetAtt': [logicalIdOf(claims.table), 'Arn'] },
+        // A Query that may name and return the key and the done marks, and nothing of an effect.
+        Condition: {
+          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['weekly-report#*', 'payment-reminder#*'] },
+          'ForAllValues:StringEquals': { 'dynamodb:Attributes': ['pk', 'sk', 'doneMarks'] },
+          StringEqualsIfExists: { 'dynamodb:Select': 'SPECIFIC_ATTRIBUTES' },
         },
       },
     ]);

@@ -114,6 +114,11 @@ describe('a configuration that cannot work', () => {
     ['SLOTGUARD_SHARDS', '2.5', 'a whole number of shards, from 1 to 1000 (default 1)'],
     ['SLOTGUARD_SHARDS', '1001', 'a whole number of shards, from 1 to 1000 (default 1)'],
     [
+      'SLOTGUARD_RESERVE_AHEAD',
+      'yes',
+      "set 'true' (reserve each worker's next effect during its send) or 'false'",
+    ],
+    [
       'SLOTGUARD_TAKEOVER_SKEW_SECONDS',
       'two',
       'from 0 to less than the lease (SLOTGUARD_LEASE_SECONDS, 60), or leave it unset for 2',

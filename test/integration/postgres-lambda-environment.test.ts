@@ -155,10 +155,17 @@ describe('a Lambda handler configured for Postgres from the environment Postgres
       [scheduledTime],
     );
     expect(slots).toEqual([{ state: 'DONE', epoch: 1 }]);
-    const [effects] = await postgres.sql<{ done: number; total: number }>(
-      `SELECT count(*) FILTER (WHERE state = 'DONE')::integer AS done, count(*)::integer AS total FROM ${schema}.effects`,
+    // One write per email: each reservation stays RESERVED under its number, and the slot's done
+    // marks cover all 25.
+    const [effects] = await postgres.sql<{ numbered: number; total: number }>(
+      `SELECT count(*) FILTER (WHERE state = 'RESERVED' AND seq < 25)::integer AS numbered, count(*)::integer AS total FROM ${schema}.effects`,
     );
-    expect(effects).toEqual({ done: 25, total: 25 });
+    expect(effects).toEqual({ numbered: 25, total: 25 });
+    const [marks] = await postgres.sql<{ done_marks: unknown }>(
+      `SELECT done_marks FROM ${schema}.slots WHERE job_id = 'weekly-report' AND slot_window = $1`,
+      [scheduledTime],
+    );
+    expect(marks?.done_marks).toEqual({ '1': { below: 25, open: [] } });
     // The user comes from the secret (one read), the password from the same secret, cached for
     // new connections (one more read); the effect key is read once.
     expect(secretReads(USER_SECRET_ARN)).toBe(2);

@@ -4,6 +4,7 @@ import { migrate, PostgresRateLimitStore, SCHEMA_VERSION } from '../../shared/ba
 import { ConfigurationError } from '../../shared/errors.js';
 import type { LeaseRequest } from '../../shared/slot/ports.js';
 import { type Slot, windowOf } from '../../shared/slot/slot.js';
+import { runSummary } from '../contract/backend-contract.js';
 import { leaseRequest, slotSequence, usePostgres } from '../helpers/postgres.js';
 
 const postgres = usePostgres();
@@ -20,15 +21,13 @@ const lease = (owner: string, overrides: Partial<LeaseRequest> = {}) =>
 
 /*
  * What earlier versions of the migration created, copied from their sql.ts (test-only: production
- * code keeps one migration, which brings any of these up to date). `q` is the quoted schema.
+ * code keeps one migration, which brings any of these up to date). `q` is the quoted schema. A slot
+ * row's key columns and its columns after the state are spelled once, as version 1 created them in
+ * `slots` and version 4 again in `shard_slots`.
  */
-const version1 = (q: string) => [
-  `CREATE SCHEMA ${q}`,
-  `CREATE TABLE ${q}.slots (
-    job_id          text        NOT NULL CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$'),
-    slot_window     text        NOT NULL CHECK (slot_window ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$'),
-    state           text        NOT NULL CHECK (state IN ('RUNNING', 'DONE', 'RELEASED', 'FAILED')),
-    owner           text        NOT NULL,
+const SLOT_KEY = `job_id          text        NOT NULL CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$'),
+    slot_window     text        NOT NULL CHECK (slot_window ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$')`;
+const LEASE_COLUMNS = `owner           text        NOT NULL,
     epoch           integer     NOT NULL CHECK (epoch >= 1),
     lease_until     timestamptz,
     attempts        integer     NOT NULL,
@@ -44,7 +43,14 @@ const version1 = (q: string) => [
     summary         jsonb,
     last_error      text,
     completed_at    timestamptz,
-    expires_at      timestamptz NOT NULL,
+    expires_at      timestamptz NOT NULL`;
+
+const version1 = (q: string) => [
+  `CREATE SCHEMA ${q}`,
+  `CREATE TABLE ${q}.slots (
+    ${SLOT_KEY},
+    state           text        NOT NULL CHECK (state IN ('RUNNING', 'DONE', 'RELEASED', 'FAILED')),
+    ${LEASE_COLUMNS},
     PRIMARY KEY (job_id, slot_window)
   )`,
   `CREATE TABLE ${q}.effects (
@@ -92,7 +98,42 @@ const version3 = (q: string) => [
   `ALTER TABLE ${q}.effects ADD CONSTRAINT effects_state_check CHECK (state IN ('RESERVED', 'DONE', 'FAILED'))`,
 ];
 
-const VERSIONS = { 1: version1, 2: version2, 3: version3 } as const;
+const version4 = (q: string) => [
+  ...version3(q),
+  `ALTER TABLE ${q}.slots ADD COLUMN shards integer`,
+  `ALTER TABLE ${q}.slots ADD COLUMN finished_shards integer[]`,
+  `ALTER TABLE ${q}.effects ADD COLUMN shard integer`,
+  `ALTER TABLE ${q}.effects ADD COLUMN provider_outcome text CHECK (provider_outcome IN ('accepted', 'rejected'))`,
+  `ALTER TABLE ${q}.effects ADD COLUMN provider_event text`,
+  `ALTER TABLE ${q}.effects ADD COLUMN provider_at timestamptz`,
+  `ALTER TABLE ${q}.effects ADD COLUMN provider_message_id text`,
+  `CREATE TABLE ${q}.shard_slots (
+    ${SLOT_KEY},
+    shard           integer     NOT NULL CHECK (shard >= 0),
+    state           text        NOT NULL CHECK (state IN ('RUNNING', 'DONE', 'PARTIAL', 'RELEASED', 'FAILED', 'STUCK')),
+    ${LEASE_COLUMNS},
+    backfilled      boolean     NOT NULL DEFAULT false,
+    deadline        timestamptz,
+    checkpoint      jsonb,
+    progress        jsonb,
+    runs_without_progress integer NOT NULL DEFAULT 0,
+    resume_after    timestamptz,
+    key_version     text,
+    operator_action text,
+    PRIMARY KEY (job_id, slot_window, shard)
+  )`,
+  `CREATE INDEX shard_slots_expires_at ON ${q}.shard_slots (expires_at)`,
+  `ALTER TABLE ${q}.slots DROP CONSTRAINT slots_state_check`,
+  `ALTER TABLE ${q}.slots ADD CONSTRAINT slots_state_check
+     CHECK (state IN ('RUNNING', 'DONE', 'PARTIAL', 'RELEASED', 'FAILED', 'STUCK', 'SHARDED'))`,
+  `CREATE TABLE ${q}.send_rates (
+    job_id      text        PRIMARY KEY CHECK (job_id ~ '^[a-z][a-z0-9-]{0,62}$'),
+    next_at     timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL
+  )`,
+];
+
+const VERSIONS = { 1: version1, 2: version2, 3: version3, 4: version4 } as const;
 
 /**
  * The claim a version-3 build sends, copied from its sql.ts: a replica still running that build
@@ -147,12 +188,25 @@ async function claimAsVersion3(q: string, slot: Slot, owner: string, at: number)
 }
 
 /** A new schema as an older build's migration left it, at `version`. */
-async function schemaAt(version: 1 | 2 | 3): Promise<{ schema: string; q: string }> {
+async function schemaAt(version: keyof typeof VERSIONS): Promise<{ schema: string; q: string }> {
   const schema = postgres.uniqueSchemaName(`v${version}`);
   const q = escapeIdentifier(schema);
   for (const statement of VERSIONS[version](q)) await postgres.sql(statement);
   await postgres.sql(`INSERT INTO ${q}.schema_version (version) VALUES ($1)`, [version]);
   return { schema, q };
+}
+
+/** Migrates a schema at `version` to this one, and checks that it was upgraded and says so. */
+async function migratesFrom(version: keyof typeof VERSIONS, schema: string, q: string): Promise<void> {
+  expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
+    schema,
+    version: SCHEMA_VERSION,
+    applied: true,
+  });
+  const versions = await postgres.sql<{ version: number }>(
+    `SELECT version FROM ${q}.schema_version ORDER BY version`,
+  );
+  expect(versions.map((v) => v.version)).toEqual([version, SCHEMA_VERSION]);
 }
 
 /** Rows of every state an older version could write: DONE, RUNNING, RELEASED, FAILED slots; effects. */
@@ -298,17 +352,18 @@ describe('Postgres schema upgrades', () => {
     });
   });
 
-  it.each([1, 2, 3] as const)(
+  it.each([1, 2, 3, 4] as const)(
     'leaves a version-%i schema, upgraded, identical to a new one: the same columns, constraints and indexes',
     async (version) => {
       const upgraded = await schemaAt(version);
       await migrate(postgres.pool({ max: 1 }), { schema: upgraded.schema });
       const fresh = await postgres.freshSchema(`v${SCHEMA_VERSION}`);
       const [a, b] = [await catalogOf(upgraded.schema), await catalogOf(fresh)];
-      // slots 20 + 2 + 6 + 2 columns (versions 1, 2, 3, 4), effects 9 + 1 + 3 + 5 (version 4: the
-      // shard, and the provider's word in four), schema_version 2, shard_slots 29 (version 4: a slot
-      // row's 27 columns less the split, its key's shard), and send_rates 3 (version 4).
-      expect(a.columns).toHaveLength(82);
+      // slots 20 + 2 + 6 + 2 + 1 columns (versions 1 to 5), effects 9 + 1 + 3 + 5 + 1 (version 4:
+      // the shard, and the provider's word in four; version 5: the sequence number), schema_version
+      // 2, shard_slots 29 + 1 (version 4: a slot row's 27 columns less the split, its key's shard;
+      // version 5: the done marks), and send_rates 3 (version 4).
+      expect(a.columns).toHaveLength(85);
       expect(a.constraints.length).toBeGreaterThanOrEqual(15);
       expect(a.indexes.map((i) => i.indexname)).toEqual(
         expect.arrayContaining(['shard_slots_pkey', 'send_rates_pkey']),
@@ -376,15 +431,7 @@ describe('Postgres schema upgrades', () => {
       toldToMigrate,
     );
 
-    expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
-      schema,
-      version: SCHEMA_VERSION,
-      applied: true,
-    });
-    const versions = await postgres.sql<{ version: number }>(
-      `SELECT version FROM ${q}.schema_version ORDER BY version`,
-    );
-    expect(versions.map((v) => v.version)).toEqual([1, SCHEMA_VERSION]);
+    await migratesFrom(1, schema, q);
     const kept = await backend.claims.read(slot);
     expect(kept).toMatchObject({ state: 'DONE', owner: 'old-build', epoch: 1, runsWithoutProgress: 0 });
     expect(kept?.delivery.backfilled).toBeUndefined();
@@ -396,7 +443,7 @@ describe('Postgres schema upgrades', () => {
     });
   });
 
-  it('brings a version-3 schema to version 4 with its rows kept, and the shared send rate works after', async () => {
+  it('brings a version-3 schema up to date with its rows kept, and the shared send rate works after', async () => {
     const { schema, q } = await schemaAt(3);
     const slot = freshSlot();
     const now = Date.now();
@@ -413,18 +460,72 @@ describe('Postgres schema upgrades', () => {
         /run the migration first: slotguard postgres migrate/.test(error.message),
     );
 
-    expect(await migrate(postgres.pool({ max: 1 }), { schema })).toEqual({
-      schema,
-      version: SCHEMA_VERSION,
-      applied: true,
-    });
-    const versions = await postgres.sql<{ version: number }>(
-      `SELECT version FROM ${q}.schema_version ORDER BY version`,
-    );
-    expect(versions.map((v) => v.version)).toEqual([3, SCHEMA_VERSION]);
+    await migratesFrom(3, schema, q);
     expect(await backend.claims.read(slot)).toMatchObject({ state: 'RUNNING', owner: 'old-build', epoch: 1 });
     const first = await store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 });
     const second = await store.reserve({ now: WINDOW_MS, spanMs: 100, notBeforeMs: 0 });
     expect(second.start - first.start).toBeCloseTo(100, 3);
+  });
+
+  it("brings a version-4 schema up to date with its rows kept, and no done marks cover an older build's reservation", async () => {
+    const { schema, q } = await schemaAt(4);
+    const slot = freshSlot();
+    const checkpoint = { positions: { customers: 'c000002' }, walked: false };
+    // An older build's window, yielded with a checkpoint and one effect left in doubt, and a shard's row.
+    await postgres.sql(
+      `INSERT INTO ${q}.slots (job_id, slot_window, state, owner, epoch, lease_until, attempts, max_attempts,
+         claimed_at, claimer_clock, expires_at, deadline, checkpoint, shards)
+       VALUES ($1, $2, 'RELEASED', 'old-build', 1, now(), 1, 3, now(), now(), now() + interval '35 days', $3, $4, 1)`,
+      [slot.jobId, slot.window, new Date(DEADLINE), JSON.stringify(checkpoint)],
+    );
+    await postgres.sql(
+      `INSERT INTO ${q}.effects (job_id, slot_window, key_hash, state, epoch, owner, reserved_at, expires_at)
+       VALUES ($1, $2, 'k-old', 'RESERVED', 1, 'old-build', now(), now() + interval '35 days')`,
+      [slot.jobId, slot.window],
+    );
+    const sharded = freshSlot();
+    await postgres.sql(
+      `INSERT INTO ${q}.shard_slots (job_id, slot_window, shard, state, owner, epoch, lease_until, attempts,
+         max_attempts, claimed_at, claimer_clock, expires_at)
+       VALUES ($1, $2, 0, 'RELEASED', 'old-build', 1, now(), 1, 3, now(), now(), now() + interval '35 days')`,
+      [sharded.jobId, sharded.window],
+    );
+    const backend = postgres.backend(schema);
+    await expect(backend.claims.read(slot)).rejects.toSatisfy(toldToMigrate);
+    await expect(backend.ledger.read(slot, 'k-old')).rejects.toSatisfy(toldToMigrate);
+
+    await migratesFrom(4, schema, q);
+    const kept = await backend.claims.read(slot);
+    expect(kept).toMatchObject({ state: 'RELEASED', owner: 'old-build', epoch: 1, checkpoint });
+    expect(kept?.doneMarks).toBeUndefined();
+    expect(await backend.claims.read({ ...sharded, shard: 0 })).toMatchObject({
+      state: 'RELEASED',
+      epoch: 1,
+    });
+    expect(await backend.ledger.read(slot, 'k-old')).toEqual(
+      expect.not.objectContaining({ seq: expect.anything() }),
+    );
+
+    const resumed = await backend.claims.claim(slot, lease('new-build'), Date.now());
+    if (resumed.kind !== 'claimed') throw new Error(resumed.kind);
+    expect(resumed.claim).toMatchObject({ epoch: 2, via: 'retry', window: { checkpoint } });
+    expect(resumed.claim.window.doneMarks).toBeUndefined();
+    const now = Date.now();
+    expect(
+      await backend.ledger.reserve(resumed.claim, 'k-old', { rerunInDoubt: false, now, seq: 0 }),
+    ).toEqual({
+      kind: 'in-doubt',
+      epoch: 1,
+    });
+    await backend.ledger.reserve(resumed.claim, 'k-new', { rerunInDoubt: false, now, seq: 1 });
+    // Marks that would cover epoch 1's first ten numbers: the older build's reservation has none.
+    const marks = { '1': { below: 10, open: [] }, '2': { below: 2, open: [] } };
+    const progress = { ...runSummary(2, 1), inDoubt: 1, inDoubtKeys: ['k-old'] };
+    expect(await backend.claims.checkpoint(resumed.claim, checkpoint, progress, marks)).toEqual({
+      kind: 'ok',
+    });
+    expect(await backend.ledger.read(slot, 'k-old')).toMatchObject({ state: 'RESERVED', epoch: 1 });
+    expect(await backend.ledger.read(slot, 'k-new')).toMatchObject({ state: 'DONE', epoch: 2, seq: 1 });
+    expect((await backend.claims.read(slot))?.doneMarks).toEqual(marks);
   });
 });

@@ -325,7 +325,8 @@ describe('the SES event recorder', () => {
 
     await expect(handler(sesEvent(SesEventType.Send, message))).rejects.toThrow(/internal server error/);
 
-    expect(faults.serverErrors).toBe(1);
+    // Its first step failed: the record and the window's done marks, read side by side.
+    expect(faults.serverErrors).toBe(2);
     expect(emf.records).toEqual([]);
     expect(log.lines).toHaveLength(1);
     expect(log.lines[0]).toMatchObject({

@@ -8,7 +8,14 @@ import {
   type WriteResult,
 } from '../../shared/backends/memory/memory-table.js';
 import { reserveOutcomeOfConflict } from '../../shared/slot/conflict-outcomes.js';
-import type { Checkpoint, EffectLedger, EffectRecord, ReserveOutcome } from '../../shared/slot/ports.js';
+import { withEpochMarks } from '../../shared/slot/done-marks.js';
+import type {
+  Checkpoint,
+  Claim,
+  EffectLedger,
+  EffectRecord,
+  ReserveOutcome,
+} from '../../shared/slot/ports.js';
 import { EffectState, SlotState } from '../../shared/slot/ports.js';
 import { checkSimulation } from './run-simulation.js';
 import type { WorldVariant } from './simulation.js';
@@ -301,6 +308,66 @@ describe('the simulation catches a broken split window', () => {
   });
 });
 
+/** `claim` as a ledger blind to done marks sees it: no earlier epoch's marks. */
+function withoutMarks(claim: Claim): Claim {
+  const { doneMarks: _ignored, ...window } = claim.window;
+  return { ...claim, window };
+}
+
+describe('the simulation catches broken done marks', () => {
+  it('catches done marks that cover an effect still in flight', async () => {
+    // The run's marks list no open numbers, as a RunMarks whose snapshot forgot them would: every
+    // reservation below `below` reads DONE, whether its send is still in flight or ended in doubt.
+    const failure = await counterexample({
+      backend: (backend) =>
+        backendWith(backend, {
+          claims: {
+            checkpoint: (claim, checkpoint, progress, marks) => {
+              const mine = marks?.[String(claim.epoch)];
+              const closed = mine && withEpochMarks(marks, claim.epoch, { below: mine.below, open: [] });
+              return backend.claims.checkpoint(claim, checkpoint, progress, closed ?? marks);
+            },
+          },
+        }),
+    });
+    expect(failure).toMatch(
+      /reservation number \d+ of epoch \d+ \(.*\) is read DONE by the done marks below \d+, open \[\], but epoch \d+ never performed it/,
+    );
+  });
+
+  it('catches a covered reservation run again when the ledger ignores the claim’s done marks', async () => {
+    // A reservation that meets an earlier epoch's record judges it without that epoch's marks, and
+    // the rerun policy takes over what it then takes for in doubt: every effect the marks made
+    // DONE is performed a second time.
+    const failure = await counterexample(
+      afterReserve((outcome, backend, claim, keyHash, options) =>
+        outcome.kind === 'done'
+          ? backend.ledger.reserve(withoutMarks(claim), keyHash, { ...options, rerunInDoubt: true })
+          : outcome,
+      ),
+    );
+    expect(failure).toMatch(
+      /reserved r\d@example\.test again over the reservation number \d+ of epoch \d+, which its done marks cover: DONE/,
+    );
+  });
+
+  it('catches a covered reservation counted in doubt when the ledger ignores the claim’s done marks', async () => {
+    // The same blind ledger under the report policy: what the marks made DONE is answered in doubt.
+    const failure = await counterexample({
+      backend: (backend) =>
+        backendWith(backend, {
+          ledger: {
+            reserve: (claim, keyHash, options) =>
+              backend.ledger.reserve(withoutMarks(claim), keyHash, options),
+          },
+        }),
+    });
+    expect(failure).toMatch(
+      /counts r\d@example\.test in doubt, though the reservation it met was an earlier epoch's that its done marks cover: DONE/,
+    );
+  });
+});
+
 describe('the simulation catches a broken resolution of the provider’s word', () => {
   it('catches a second email when the resolver re-sends an effect with no word inside its grace period', async () => {
     // The job re-sends what has no word, but its resolver does not wait for the grace period.
@@ -356,7 +423,7 @@ describe('the simulation catches a broken resolution of the provider’s word', 
         })(),
     });
     expect(failure).toMatch(
-      /replaced (DONE|FAILED|RESERVED) of epoch \d+, not the reservation of epoch \d+ its resolver read/,
+      /replaced (DONE|FAILED|RESERVED) of epoch \d+( \(its done marks cover it\))?, not the reservation of epoch \d+ its resolver read/,
     );
   });
 

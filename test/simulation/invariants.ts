@@ -1,4 +1,4 @@
-import type { EffectItem, SlotItem } from '../../shared/backends/memory/memory-table.js';
+import { type EffectItem, effectiveItem, type SlotItem } from '../../shared/backends/memory/memory-table.js';
 import { shardOfKeyHash } from '../../shared/effects/resumable-source.js';
 import { StoreError } from '../../shared/errors.js';
 import type { Checkpoint, WindowSummary } from '../../shared/slot/ports.js';
@@ -8,7 +8,16 @@ import { deadlineOf, MAX_RUNS_WITHOUT_PROGRESS, MAX_SKEW_MS, SAFETY_MARGIN_MS, S
 import type { SimActor } from './sim-actor.js';
 import { describeResult } from './sim-actor.js';
 import { FINAL_DELIVERIES, type SimulationResult } from './simulation.js';
-import { isTerminal, ownsRecipient, runSlots, SLOT, slotLabel, slotOf } from './store-watch.js';
+import {
+  covers,
+  describeMarks,
+  isTerminal,
+  ownsRecipient,
+  runSlots,
+  SLOT,
+  slotLabel,
+  slotOf,
+} from './store-watch.js';
 import {
   doneOnSendRejectedAfter,
   type Resends,
@@ -79,7 +88,15 @@ const LISTED_KEYS = 50;
  *    word once the grace period is over; a second email only under 'resend', for a word lost or
  *    later than the grace period (resendsOf); a rejected message whose word was on record is sent
  *    again, unless its window was over first; a completed slot reports in doubt exactly what no
- *    word and no grace period could settle; and each run counts the settles it made.
+ *    word and no grace period could settle; and each run counts the settles it made;
+ * 11. the checkpoint rule (done marks): a reservation is read DONE by its epoch's done marks only if
+ *    that epoch performed its effect (checked at every write of marks, after every run and at the
+ *    end); an epoch's marks are written only by its own checkpoints and only grow (store watch);
+ *    after a crash, what is read in doubt of the crashed run's epoch is exactly its reservations not
+ *    covered by the last marks it wrote (numbered at or above `below`, or open); a run that
+ *    returned with every checkpoint written left nothing it performed uncovered; and no run
+ *    reports in doubt an earlier epoch's reservation its marks cover. Reads of the ledger in the
+ *    other invariants go through the marks, as the ledger's own do (MemoryTable.effectiveEffect).
  */
 export function judge(result: SimulationResult): Verdict {
   const { scenario, table, provider, actors, watch } = result;
@@ -145,6 +162,7 @@ export function judge(result: SimulationResult): Verdict {
     ...fencedProblems(result),
     ...shardProblems(result),
     ...wordProblems(result, resends),
+    ...markProblems(result),
   );
 
   // 8
@@ -419,7 +437,7 @@ function ledgerProblems(result: SimulationResult, resends: Resends): string[] {
   const { scenario, table, provider, hashKey } = result;
   const problems: string[] = [];
   for (const to of new Set(scenario.recipients)) {
-    const item = table.getEffect(SLOT, hashKey(to));
+    const item = table.effectiveEffect(SLOT, hashKey(to));
     const delivered = provider.deliveriesTo(to).length;
     const allowed = resends.allowed.get(to) ?? 0;
     const atLeast = item && doneOnSendRejectedAfter(result, hashKey(to), item) ? 0 : 1;
@@ -442,7 +460,7 @@ function runProblems(result: SimulationResult): string[] {
   const { scenario, table, hashKey, provider } = result;
   const problems: string[] = [];
   const doneOnRecord = [...new Set(scenario.recipients)].filter(
-    (to) => table.getEffect(SLOT, hashKey(to))?.state === EffectState.Done,
+    (to) => table.effectiveEffect(SLOT, hashKey(to))?.state === EffectState.Done,
   ).length;
   const repeats = scenario.recipients.length - new Set(scenario.recipients).size;
   for (const actor of result.actors) {
@@ -584,6 +602,67 @@ function shardProblems(result: SimulationResult): string[] {
     if (shard === undefined) problems.push(`${send.actor}, the window's coordinator, sent to ${send.to}`);
     else if (!handles(shard, send.to))
       problems.push(`${send.actor} of shard ${shard} sent to ${send.to}, not its own`);
+  }
+  return problems;
+}
+
+/**
+ * Invariant 11 at the end: what the done marks make DONE was performed; a crashed run's epoch reads
+ * in doubt exactly its reservations its last written marks leave uncovered; a run that returned
+ * with its every checkpoint written left none of its performed effects uncovered (the checkpointer
+ * writes what is left before the run tallies); and no run counts in doubt a reservation it met
+ * covered by an earlier epoch's marks.
+ */
+function markProblems(result: SimulationResult): string[] {
+  const { table, watch, provider, hashKey, actors } = result;
+  const problems = watch.unperformedProblems('at the end');
+  const marks = table.windowDoneMarks(SLOT);
+  const stored = table.listEffects(SLOT);
+  for (const actor of actors) {
+    const epoch = actor.epoch;
+    if (epoch === undefined) continue;
+    const slot = slotOf(actor.shard);
+    const last = watch.lastMarks(slot, epoch);
+    const own = stored.filter(
+      ([, item]) => item.state === EffectState.Reserved && item.epoch === epoch && item.shard === actor.shard,
+    );
+    if (actor.status === 'crashed') {
+      for (const [keyHash, item] of own) {
+        const inDoubt = effectiveItem(keyHash, item, marks).state === EffectState.Reserved;
+        if (inDoubt === !covers(last, item.seq)) continue;
+        problems.push(
+          `${actor.name} (epoch ${epoch}) crashed, and ${recipientOf(result, keyHash)}'s reservation number ${item.seq} ` +
+            `reads ${inDoubt ? 'in doubt' : 'DONE'}, though the last done marks it wrote (${describeMarks(last)}) ` +
+            `${inDoubt ? 'cover' : 'do not cover'} it`,
+        );
+      }
+    }
+    const response = responseOf(actor);
+    const clean =
+      (response?.status === 'completed' || response?.status === 'yielded' || response?.status === 'stuck') &&
+      !watch.lostCheckpoint(actor.name);
+    if (clean) {
+      const performed = new Set(
+        provider.records.filter((r) => r.actor === actor.name && r.fate === 'ok').map((r) => hashKey(r.to)),
+      );
+      for (const [keyHash, item] of own) {
+        if (!performed.has(keyHash) || effectiveItem(keyHash, item, marks).state !== EffectState.Reserved)
+          continue;
+        problems.push(
+          `${actor.name} (epoch ${epoch}) returned ${response.status} with every checkpoint written, yet ` +
+            `${recipientOf(result, keyHash)}, which it performed (number ${item.seq}), reads in doubt: its last ` +
+            `done marks (${describeMarks(last)}) do not cover it`,
+        );
+      }
+    }
+    if (!response || !('summary' in response)) continue;
+    for (const keyHash of response.summary.inDoubtKeys) {
+      if (!watch.metCovered(actor.name).has(keyHash)) continue;
+      problems.push(
+        `${actor.name} (epoch ${epoch}) counts ${recipientOf(result, keyHash)} in doubt, though the reservation it ` +
+          "met was an earlier epoch's that its done marks cover: DONE",
+      );
+    }
   }
   return problems;
 }
@@ -757,6 +836,25 @@ function facts(result: SimulationResult, record: SlotItem | undefined): Record<s
     'a reservation issued after a takeover': table.audit.lateReservations.length,
     'work after the invocation returned': actors.reduce((n, a) => n + a.afterReturn.length, 0),
     'an email delivered': provider.records.filter((r) => r.delivered).length,
+    ...markFacts(result),
+  };
+}
+
+/** What the done marks came to in one case (invariant 11), for the run's statistics. */
+function markFacts(result: SimulationResult): Record<string, number> {
+  const { table, actors, watch } = result;
+  const marks = table.windowDoneMarks(SLOT);
+  const reserved = table.listEffects(SLOT).filter(([, item]) => item.state === EffectState.Reserved);
+  const covered = reserved.filter(([keyHash, item]) => effectiveItem(keyHash, item, marks) !== item);
+  return {
+    'a reservation read DONE by its done marks': covered.length,
+    'a performed effect its run left in doubt, uncovered': reserved.filter(
+      ([keyHash, item]) =>
+        effectiveItem(keyHash, item, marks) === item && watch.performedBy(keyHash, item.epoch, item.shard),
+    ).length,
+    "an earlier epoch's reservation met done by its marks": actors.filter(
+      (a) => watch.metCovered(a.name).size > 0,
+    ).length,
   };
 }
 

@@ -1,7 +1,14 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { checkSimulation, simulationEnvironment } from './run-simulation.js';
-import { type ActorPlan, LONG_DEADLINE_MS, recipientAddress, type Scenario, scenarios } from './scenario.js';
+import {
+  type ActorPlan,
+  FIRST_FIRE,
+  recipientAddress,
+  type Scenario,
+  scenarios,
+  writtenWindow,
+} from './scenario.js';
 
 /*
  * The deterministic simulation of the claim, lease, epoch, effect-ledger and continuation protocol
@@ -34,8 +41,9 @@ describe('the protocol under simulated faults', () => {
   it(
     'sends no email twice, accounts for every effect once, never re-grants an epoch, accepts no stale ' +
       'write, completes a window once, retries refusals by the policy, checkpoints only what is settled, ' +
-      "settles in-doubt effects only as the provider's word and the grace period allow " +
-      'and finishes every window, split into shards or not, whatever the interleaving',
+      "settles in-doubt effects only as the provider's word and the grace period allow, " +
+      'marks done only what was performed and, after a crash, leaves in doubt exactly what its last done ' +
+      'marks left uncovered, and finishes every window, split into shards or not, whatever the interleaving',
     async () => {
       const report = await checkSimulation({
         numRuns: replay.numRuns ?? CASES,
@@ -108,6 +116,11 @@ describe('the protocol under simulated faults', () => {
         'an in-doubt effect rejected and due again',
         'an in-doubt effect re-sent after its grace period',
         'a second email by the resend policy',
+        // The done marks: effects done by them, a crash leaving performed effects uncovered, and a
+        // later run meeting what an earlier epoch's marks cover.
+        'a reservation read DONE by its done marks',
+        'a performed effect its run left in doubt, uncovered',
+        "an earlier epoch's reservation met done by its marks",
       ]) {
         expect(report.stats.casesWith(fact), fact).toBeGreaterThan(0);
       }
@@ -145,49 +158,22 @@ describe('the protocol under simulated faults', () => {
   // returned while its other workers kept reserving and sending. Fixed in drainConcurrently and runSlot.
   it('reserves and sends nothing once a failed run has released its slot', async () => {
     const stormy: ActorPlan = {
-      startAtMs: 0,
-      skewMs: 0,
-      requestId: 1,
-      attemptNumber: 1,
-      timeoutMs: undefined,
-      crash: undefined,
-      pause: undefined,
+      ...FIRST_FIRE,
       // The claim and two reservations go through; then the store throttles everything for a while,
       // so recording the refused send fails every attempt while the other worker is still sending.
       requests: ['ok', 'ok', 'ok', ...Array<'throttle'>(6).fill('throttle')],
       sends: ['refused'],
-      words: [],
-      jobThrows: undefined,
     };
-    const retry = (startAtMs: number): ActorPlan => ({
-      ...stormy,
-      startAtMs,
-      attemptNumber: 2,
-      requests: [],
-      sends: [],
-    });
+    const retry = (startAtMs: number): ActorPlan => ({ ...FIRST_FIRE, startAtMs, attemptNumber: 2 });
     const window = fc.record({ n: fc.integer({ min: 0, max: 8 }), resumable: fc.boolean() }).map(
-      ({ n, resumable }): Scenario => ({
-        recipients: ['r0', 'r1', 'r2', 'r3', 'r4'].map((r) => `${r}@example.test`),
-        resumable,
-        alwaysRefused: [],
-        concurrency: 2,
-        markBatchSize: 3,
-        maxAttempts: 3,
-        effectAttempts: 3,
-        effectRetryDelayMs: 3_000,
-        failureStreakLimit: 10,
-        deadlineMs: LONG_DEADLINE_MS,
-        returnOldOnConflict: true,
-        tickMs: 250,
-        stepsPerTick: 16,
-        actors: [stormy, retry(n * 250)],
-        continuations: [],
-        shards: 1,
-        split: 'by-key',
-        shardDeliveries: [],
-        resolution: undefined,
-      }),
+      ({ n, resumable }): Scenario =>
+        writtenWindow({
+          recipients: ['r0', 'r1', 'r2', 'r3', 'r4'].map((r) => `${r}@example.test`),
+          resumable,
+          concurrency: 2,
+          markBatchSize: 3,
+          actors: [stormy, retry(n * 250)],
+        }),
     );
     const report = await checkSimulation({ scenarios: window, numRuns: 500, endOnFailure: true });
     if (report.failure) throw new Error(report.failure);

@@ -219,6 +219,49 @@ export interface Scenario {
   readonly resolution: { readonly graceMs: number; readonly afterGrace: AfterGrace } | undefined;
 }
 
+/** A process nothing strikes: the final phase's deliveries. */
+export const HEALTHY: ProcessPlan = {
+  skewMs: 0,
+  timeoutMs: undefined,
+  crash: undefined,
+  pause: undefined,
+  requests: [],
+  sends: [],
+  words: [],
+  jobThrows: undefined,
+};
+
+/** The schedule's first fire at the start, struck by nothing: where a plan written by hand starts. */
+export const FIRST_FIRE: ActorPlan = { ...HEALTHY, startAtMs: 0, requestId: 1, attemptNumber: 1 };
+
+/**
+ * A window written by hand rather than drawn (a finding's own test, the crash sweep): its
+ * recipients, walk and actors, with settings a drawn window often has (3 failed runs and 3 attempts
+ * per effect, retries after 3 s, a long deadline, a fast network) and no fault but its actors' own;
+ * not split, the runtime's default resolution.
+ */
+export function writtenWindow(
+  window: Pick<Scenario, 'recipients' | 'resumable' | 'concurrency' | 'markBatchSize' | 'actors'>,
+): Scenario {
+  return {
+    alwaysRefused: [],
+    maxAttempts: 3,
+    effectAttempts: 3,
+    effectRetryDelayMs: 3_000,
+    failureStreakLimit: 10,
+    deadlineMs: LONG_DEADLINE_MS,
+    returnOldOnConflict: true,
+    tickMs: 250,
+    stepsPerTick: 16,
+    continuations: [],
+    shards: 1,
+    split: 'by-key',
+    shardDeliveries: [],
+    resolution: undefined,
+    ...window,
+  };
+}
+
 /**
  * The recipients (by index, from `from` up to `to`, exclusive) that shard `index` of `count` reads
  * when its source splits itself: an even share, and the first recipient of the next shard's share.

@@ -11,6 +11,8 @@ export interface ActorWorld {
   /** Runs `fn` once the simulated time reaches `at`. */
   at(at: number, fn: () => void, options?: { readonly wakes?: boolean | (() => boolean) }): void;
   note(who: string, text: string | (() => string)): void;
+  /** The invocation ended: it returned, threw, or its process was killed. */
+  ended(actor: SimActor): void;
 }
 
 /** Where an actor's process is: not fired yet, running, frozen, dead, or its invocation returned. */
@@ -80,6 +82,11 @@ export class SimActor {
   readonly metrics = new Map<MetricName, number>();
   /** Settles of in-doubt effects its ledger answered as made (`settleInDoubt` returned true). */
   settlesAnswered = 0;
+  /**
+   * Keys whose settle its ledger answered as not made: the record had moved on since the resolver
+   * read it (the store refused the settle, or the ledger's own read before it found the effect done).
+   */
+  readonly settlesRefused = new Set<string>();
   /** Called when the process has seen its claim or a renewal commit: the handler's visibility heartbeat. */
   onHeartbeat: (() => void) | undefined;
   readonly #world: ActorWorld;
@@ -115,6 +122,11 @@ export class SimActor {
     };
   }
 
+  /** Awaited operations (store requests and sends) it began: a crash planned at or past this index never struck. */
+  get operations(): number {
+    return this.#ops;
+  }
+
   /** The earliest pending timer, by this actor's clock; none once it crashed (they never fire). */
   get nextTimerAt(): number | undefined {
     if (this.status === 'crashed') return undefined;
@@ -138,6 +150,7 @@ export class SimActor {
     this.#resumers = [];
     this.#deferredTimers = [];
     this.#world.note(this.name, `CRASH ${why}`);
+    this.#world.ended(this);
   }
 
   pause(forMs: number, why: string): void {
@@ -155,6 +168,7 @@ export class SimActor {
     this.endedAt ??= this.#world.now;
     if (this.status !== 'crashed') this.status = 'finished';
     this.#world.note(this.name, () => `finished: ${describeResult(result)}`);
+    this.#world.ended(this);
   }
 
   /** Starts the n-th awaited operation; the plan says whether a crash or a pause falls on it. */

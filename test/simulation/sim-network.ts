@@ -18,6 +18,8 @@ export interface NetworkWorld {
   applied(actor: SimActor, request: MemoryRequest, reply: unknown): void;
   /** A client handed its caller this reply to `request`: what the caller heard. */
   replied(request: MemoryRequest, reply: unknown): void;
+  /** `actor`'s client gave up on `request` after its every attempt failed (one may have committed). */
+  gaveUp(actor: SimActor, request: MemoryRequest): void;
 }
 
 /** Faults that struck in one case, for the run's statistics. */
@@ -93,6 +95,7 @@ export class SimulatedNetwork implements MemoryTransport {
     }
     if (!landed) op.landed();
     this.#world.faults.exhausted++;
+    this.#world.gaveUp(actor, request);
     await actor.proceed();
     throw new SimulatedClientError(`no reply to ${label} after ${CLIENT_ATTEMPTS} attempts`);
   }

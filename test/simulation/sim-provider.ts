@@ -265,11 +265,13 @@ export class ProviderRecorder {
     // Requests apply at once (the step above is the event's arrival): nothing else writes between
     // the reads around the call, so what changed is what the recorder wrote, however it wrote it.
     const ledger = wrap(memoryBackend({ table, hashKey, returnOldOnConflict })).ledger;
-    const before = table.getEffect(SLOT, message.keyHash);
+    // As the ledger reads them: a reservation its done marks cover is DONE.
+    const before = table.effectiveEffect(SLOT, message.keyHash);
     const version = table.version;
     const answer = await ledger.recordProviderWord(slot, message.keyHash, word);
     const written = table.version > version;
-    if (written) this.#options.observe(message.keyHash, word, before, table.getEffect(SLOT, message.keyHash));
+    if (written)
+      this.#options.observe(message.keyHash, word, before, table.effectiveEffect(SLOT, message.keyHash));
     message.arrivals.push({ event, outcome, at: this.#world.now, answer, written, version: table.version });
     this.#world.note('recdr', `${label}: ${answer}${written ? ', written' : ''} (${describe(before)})`);
   }

@@ -15,6 +15,7 @@ import {
   type ActorPlan,
   type ContinuationPlan,
   graceOf,
+  HEALTHY,
   JOB_ID,
   LEASE_MS,
   type ProcessPlan,
@@ -92,18 +93,6 @@ export const FINAL_DELIVERIES = 25;
 /** The final phase's network: fast, so a healthy run's round trips never race its lease. */
 const FINAL_NETWORK = { tickMs: 500, stepsPerTick: 64 } as const;
 
-/** A process nothing strikes: the final phase's deliveries. */
-const HEALTHY: ProcessPlan = {
-  skewMs: 0,
-  timeoutMs: undefined,
-  crash: undefined,
-  pause: undefined,
-  requests: [],
-  sends: [],
-  words: [],
-  jobThrows: undefined,
-};
-
 /** Metrics that keep the process's counts on the actor, for invariant 10; nothing is published. */
 function actorMetrics(actor: SimActor): JobMetrics {
   return {
@@ -121,6 +110,7 @@ function observingSettles(backend: SlotBackend, actor: SimActor): SlotBackend {
       settleInDoubt: async (...args) => {
         const settled = await backend.ledger.settleInDoubt(...args);
         if (settled) actor.settlesAnswered++;
+        else actor.settlesRefused.add(args[1].keyHash);
         return settled;
       },
     },
@@ -209,7 +199,9 @@ class World implements NetworkWorld, QueueWorld, ProviderWorld {
     this.#scheduler = scheduler;
     this.#variant = variant;
     this.table = variant.table?.() ?? new MemoryTable();
-    this.watch = new StoreWatch(this.table, scenario, this.#hashKey);
+    this.watch = new StoreWatch(this.table, scenario, this.#hashKey, (keyHash, epoch, shard) =>
+      this.#performed(keyHash, epoch, shard),
+    );
     this.queue = new SimWorkQueue(this, scenario.deadlineMs);
     this.recorder = new ProviderRecorder(this, this.table, {
       hashKey: this.#hashKey,
@@ -283,6 +275,28 @@ class World implements NetworkWorld, QueueWorld, ProviderWorld {
 
   replied(request: MemoryRequest, reply: unknown): void {
     this.watch.replied(request, reply);
+  }
+
+  gaveUp(actor: SimActor, request: MemoryRequest): void {
+    this.watch.gaveUp(actor, request);
+  }
+
+  // ActorWorld
+
+  ended(actor: SimActor): void {
+    this.watch.runEnded(actor);
+  }
+
+  /** The provider took a message to the effect's recipient that a run of `epoch` of `shard` sent, and heard it had. */
+  #performed(keyHash: string, epoch: number, shard: number | undefined): boolean {
+    const to = this.#recipients.get(keyHash);
+    return this.provider.records.some(
+      (r) =>
+        r.to === to &&
+        r.fate === 'ok' &&
+        r.epoch === epoch &&
+        this.actors.find((a) => a.name === r.actor)?.shard === shard,
+    );
   }
 
   at(at: number, fn: () => void, options: { wakes?: boolean | (() => boolean) } = {}): void {

@@ -1,8 +1,14 @@
-import type { EffectItem, MemoryTable, SlotItem } from '../../shared/backends/memory/memory-table.js';
+import {
+  type EffectItem,
+  effectiveItem,
+  type MemoryTable,
+  type SlotItem,
+} from '../../shared/backends/memory/memory-table.js';
 import type { MemoryRequest } from '../../shared/backends/memory/memory-transport.js';
 import type { EffectKeyHasher } from '../../shared/effects/effect-key.js';
 import { shardOfKeyHash } from '../../shared/effects/resumable-source.js';
-import type { Checkpoint, ProviderWord } from '../../shared/slot/ports.js';
+import { coveredByMarks, parseDoneMarks, type WindowDoneMarks } from '../../shared/slot/done-marks.js';
+import type { Checkpoint, EpochDoneMarks, ProviderWord } from '../../shared/slot/ports.js';
 import { EffectState, SlotState } from '../../shared/slot/ports.js';
 import type { Slot } from '../../shared/slot/slot.js';
 import { afterGraceOf, graceOf, JOB_ID, type Scenario, shardRange, WINDOW } from './scenario.js';
@@ -93,7 +99,10 @@ export interface ObservedCompletion {
   readonly listedAt: number | undefined;
   /** The table's version when its tally read the ledger: it saw every write up to it. */
   readonly listedVersion: number | undefined;
-  /** The ledger as the completing run's tally read it; undefined if it never listed it. */
+  /**
+   * The ledger as the completing run's tally read it (a reservation the done marks it read cover
+   * is DONE); undefined if it never listed it.
+   */
   readonly ledger: ReadonlyMap<string, EffectItem> | undefined;
 }
 
@@ -107,9 +116,12 @@ export interface ObservedSettle {
   readonly committed: boolean;
   /** What the committed settle made of it: done, or due for a retry (FAILED). */
   readonly to: 'done' | 'retry' | undefined;
-  /** The record as the resolver read it. */
+  /** The record as the resolver read it (done marks applied, as the ledger lists it). */
   readonly read: EffectItem | undefined;
-  /** The record the settle replaced (committed), or found (not committed, when the store says). */
+  /**
+   * The record the settle replaced (committed), or found (not committed, when the store says), as
+   * it stood: a reservation its done marks covered is DONE.
+   */
   readonly found: EffectItem | undefined;
   /** True time it applied. */
   readonly at: number;
@@ -146,11 +158,19 @@ export interface StoreCounts {
 }
 
 /**
+ * Whether an effect was performed: the provider took its message, sent with fate `ok` by a run of
+ * `epoch` of that shard (the run heard it had, unless it died first).
+ */
+export type PerformedBy = (keyHash: string, epoch: number, shard: number | undefined) => boolean;
+
+/**
  * Watches every request the store applies, as it applies it, for the rules that are about a moment
  * rather than the end: a checkpoint passes no item without an outcome on record (invariant 7); a
  * refused effect is reserved again only once its retry is due, and never once it failed for good
- * (invariant 6). It also keeps what the end-of-case invariants need: every release (with its runs
- * without progress), the completion and the ledger its tally read.
+ * (invariant 6); done marks are written only by their own epoch's checkpoints, only grow, and cover
+ * only performed effects (invariant 11). It also keeps what the end-of-case invariants need: every
+ * release (with its runs without progress), the completion and the ledger its tally read, each
+ * epoch's last written marks.
  */
 export class StoreWatch {
   readonly violations: string[] = [];
@@ -186,15 +206,82 @@ export class StoreWatch {
   >();
   readonly #completions = new Map<string, ObservedCompletion>();
   readonly #checkedCheckpoints = new Map<string, string>();
+  readonly #performed: PerformedBy;
+  /** The window's done marks as each actor's ledger last read them (before it lists the effects). */
+  readonly #marksRead = new Map<string, WindowDoneMarks>();
+  /** The marks each epoch of each slot last wrote, by `slot label#epoch`. */
+  readonly #lastMarks = new Map<string, EpochDoneMarks>();
+  /** Keys each actor's reservation met as an earlier epoch's reservation its done marks cover. */
+  readonly #metCovered = new Map<string, Set<string>>();
+  /** Actors a checkpoint write of which did not commit (fenced, or every attempt failed). */
+  readonly #checkpointsLost = new Set<string>();
+  /** Reservations already reported read DONE though never performed, as `keyHash epoch seq`. */
+  readonly #unperformedReported = new Set<string>();
 
   constructor(
     table: MemoryTable,
     scenario: Pick<Scenario, 'recipients' | 'shards' | 'split' | 'resolution'>,
     hashKey: EffectKeyHasher,
+    performed: PerformedBy,
   ) {
     this.#table = table;
     this.#scenario = scenario;
     this.#hashKey = hashKey;
+    this.#performed = performed;
+  }
+
+  /** The done marks epoch `epoch` of `slot` last wrote with a checkpoint; undefined if it wrote none. */
+  lastMarks(slot: Slot, epoch: number): EpochDoneMarks | undefined {
+    return this.#lastMarks.get(`${slotLabel(slot)}#${epoch}`);
+  }
+
+  /** Whether a run of `epoch` of `shard` performed the effect (see PerformedBy). */
+  performedBy(keyHash: string, epoch: number, shard: number | undefined): boolean {
+    return this.#performed(keyHash, epoch, shard);
+  }
+
+  /** Keys `actor`'s reservations met as an earlier epoch's reservation its done marks cover: done. */
+  metCovered(actor: string): ReadonlySet<string> {
+    return this.#metCovered.get(actor) ?? new Set();
+  }
+
+  /** True when a checkpoint write of `actor`'s did not commit: what it performed since may be left uncovered. */
+  lostCheckpoint(actor: string): boolean {
+    return this.#checkpointsLost.has(actor);
+  }
+
+  /** An invocation ended (returned, threw, or was killed): invariant 11 against the table as it stands. */
+  runEnded(actor: SimActor): void {
+    this.violations.push(...this.unperformedProblems(`when ${actor.name} ended`));
+  }
+
+  /** `actor`'s client gave up on `request`: every attempt failed, whether or not one committed. */
+  gaveUp(actor: SimActor, request: MemoryRequest): void {
+    if (request.operation === 'checkpoint') this.#checkpointsLost.add(actor.name);
+  }
+
+  /**
+   * Invariant 11 against the table as it stands: a reservation its epoch's done marks cover (read
+   * DONE) was performed by that epoch. Each such reservation is reported once.
+   */
+  unperformedProblems(when: string): string[] {
+    const problems: string[] = [];
+    const marks = this.#table.windowDoneMarks(SLOT);
+    for (const [keyHash, item] of this.#table.listEffects(SLOT)) {
+      if (item.state !== EffectState.Reserved) continue;
+      if (effectiveItem(keyHash, item, marks).state !== EffectState.Done) continue;
+      if (this.performedBy(keyHash, item.epoch, item.shard)) continue;
+      const reported = `${keyHash} ${item.epoch} ${item.seq}`;
+      if (this.#unperformedReported.has(reported)) continue;
+      this.#unperformedReported.add(reported);
+      const slot = slotOf(item.shard);
+      problems.push(
+        `${when}, ${this.#recipientOf(keyHash)}'s reservation number ${item.seq} of epoch ${item.epoch} ` +
+          `(${slotLabel(slot)}) is read DONE by the done marks ${describeMarks(marks.get(item.shard)?.[String(item.epoch)])}, ` +
+          `but epoch ${item.epoch} never performed it`,
+      );
+    }
+    return problems;
   }
 
   /** The completion of `slot` the store committed (for the window, a split window's finish), if any. */
@@ -212,14 +299,25 @@ export class StoreWatch {
   applied(actor: SimActor, request: MemoryRequest, reply: unknown, now: number): void {
     if (request.keyHash !== undefined && isCommitted(reply)) this.#effectWritten(actor, request, reply.old);
     switch (request.operation) {
-      case 'list':
+      case 'read':
+        // The ledger reads the window's slot records (their done marks) just before it lists its effects.
+        if (request.slot.shard === undefined)
+          this.#marksRead.set(actor.name, this.#table.windowDoneMarks(SLOT));
+        return;
+      case 'list': {
+        const marks = this.#marksRead.get(actor.name) ?? new Map();
         this.#lists.set(actor.name, {
           at: actor.clock.now(),
           version: this.#table.version,
-          ledger: new Map(this.#table.listEffects(SLOT)),
+          ledger: new Map(
+            this.#table
+              .listEffects(SLOT)
+              .map(([keyHash, item]) => [keyHash, effectiveItem(keyHash, item, marks)]),
+          ),
         });
         this.ledgerReads.push({ actor: actor.name, at: now });
         return;
+      }
       case 'settleInDoubt':
         this.#settled(actor, request, reply, now);
         return;
@@ -228,9 +326,22 @@ export class StoreWatch {
           this.#reserved(actor, request, reply.old as EffectItem | undefined);
           return;
         }
-        const current = request.keyHash ? this.#table.getEffect(SLOT, request.keyHash) : undefined;
+        if (request.keyHash === undefined) return;
+        const stored = this.#table.getEffect(SLOT, request.keyHash);
+        const current = this.#table.effectiveEffect(SLOT, request.keyHash);
         if (current && current.state !== EffectState.Done && current.shard !== request.slot.shard)
           this.counts.keysMetByAnotherShard++;
+        // An earlier epoch's reservation its marks cover: the run must take it as done (invariant 11).
+        if (
+          stored?.state === EffectState.Reserved &&
+          current?.state === EffectState.Done &&
+          stored.shard === request.slot.shard &&
+          stored.epoch !== request.by?.epoch
+        ) {
+          const met = this.#metCovered.get(actor.name) ?? new Set<string>();
+          met.add(request.keyHash);
+          this.#metCovered.set(actor.name, met);
+        }
         return;
       }
       case 'recordFailure':
@@ -257,6 +368,7 @@ export class StoreWatch {
       case 'checkpoint':
       case 'complete':
       case 'release':
+        if (request.operation === 'checkpoint' && !isCommitted(reply)) this.#checkpointsLost.add(actor.name);
         if (request.operation === 'complete' && !request.by) {
           // A split window's finish: no claim of its own, conditioned on SHARDED alone.
           this.finishAttempts.push({ actor: actor.name, committed: isCommitted(reply) });
@@ -321,9 +433,11 @@ export class StoreWatch {
     const read = this.#lists.get(actor.name)?.ledger.get(keyHash);
     const committed = isCommitted(reply);
     const after = this.#table.getEffect(SLOT, keyHash);
-    const found = committed
+    const stored = committed
       ? (reply.old as EffectItem | undefined)
       : (reply as { readonly item?: EffectItem } | undefined)?.item;
+    // A reservation the done marks covered was DONE: settling it replaced a done effect.
+    const found = stored && effectiveItem(keyHash, stored, this.#table.windowDoneMarks(SLOT));
     const to = !committed ? undefined : after?.state === EffectState.Done ? 'done' : 'retry';
     const settle: ObservedSettle = {
       actor: actor.name,
@@ -344,9 +458,10 @@ export class StoreWatch {
       return;
     }
     if (found?.state !== EffectState.Reserved || found.epoch !== read.epoch || found.owner !== read.owner) {
+      const covered = found !== stored ? ' (its done marks cover it)' : '';
       this.violations.push(
-        `${who} replaced ${found ? `${found.state} of epoch ${found.epoch}` : 'no record'}, not the reservation of ` +
-          `epoch ${read.epoch} its resolver read: a record that had moved on`,
+        `${who} replaced ${found ? `${found.state} of epoch ${found.epoch}${covered}` : 'no record'}, not the ` +
+          `reservation of epoch ${read.epoch} its resolver read: a record that had moved on`,
       );
     }
     const word = read.provider?.epoch === read.epoch ? read.provider : undefined;
@@ -423,9 +538,19 @@ export class StoreWatch {
   }
 
   #reserved(actor: SimActor, request: MemoryRequest, before: EffectItem | undefined): void {
+    const who = `${actor.name} (epoch ${request.by?.epoch})`;
+    if (before?.state === EffectState.Reserved && request.keyHash !== undefined) {
+      // A take-over (the rerun policy) of a reservation its done marks cover: a done effect run again.
+      const as = effectiveItem(request.keyHash, before, this.#table.windowDoneMarks(SLOT));
+      if (as.state === EffectState.Done) {
+        this.violations.push(
+          `${who} reserved ${this.#recipientOf(request.keyHash)} again over the reservation number ${before.seq} ` +
+            `of epoch ${before.epoch}, which its done marks cover: DONE`,
+        );
+      }
+    }
     if (before?.state !== EffectState.Failed) return;
     this.counts.retriedRefusals++;
-    const who = `${actor.name} (epoch ${request.by?.epoch})`;
     if (before.retryAt === undefined) {
       this.violations.push(
         `${who} reserved ${request.keyHash} again after it failed for good (${before.attempts} attempts)`,
@@ -442,6 +567,7 @@ export class StoreWatch {
     const slot = request.slot;
     const after = this.#table.getSlot(slot);
     const epoch = request.by?.epoch ?? after?.epoch ?? 0;
+    this.#marksWritten(actor, request, before, after, epoch);
     switch (request.operation) {
       case 'claim': {
         if (before?.state === SlotState.Running) {
@@ -503,6 +629,45 @@ export class StoreWatch {
     }
   }
 
+  /**
+   * Invariant 11 at each slot write: an epoch's done marks are written only by that epoch's own
+   * checkpoints (every other write keeps every epoch's as they were); a checkpoint's marks cover all
+   * its earlier ones covered (a reservation read DONE never reads in doubt again); and every
+   * reservation they cover was performed by the time they were written.
+   */
+  #marksWritten(
+    actor: SimActor,
+    request: MemoryRequest,
+    before: SlotItem | undefined,
+    after: SlotItem | undefined,
+    epoch: number,
+  ): void {
+    if (before?.doneMarks === after?.doneMarks) return;
+    const was = parseDoneMarks(before?.doneMarks) ?? {};
+    const now = parseDoneMarks(after?.doneMarks) ?? {};
+    const own = request.operation === 'checkpoint' ? String(epoch) : undefined;
+    const who = `${actor.name}'s ${request.operation} (epoch ${epoch}) of ${slotLabel(request.slot)}`;
+    for (const written of new Set([...Object.keys(was), ...Object.keys(now)])) {
+      if (written === own || JSON.stringify(was[written]) === JSON.stringify(now[written])) continue;
+      this.violations.push(
+        `${who} changed the done marks of epoch ${written} from ${describeMarks(was[written])} to ` +
+          `${describeMarks(now[written])}: only that epoch's own checkpoints write them`,
+      );
+    }
+    const mine = own === undefined ? undefined : now[own];
+    if (mine === undefined) return;
+    const earlier = was[String(epoch)];
+    const takenBack = coveredNumbers(earlier).filter((seq) => !covers(mine, seq));
+    if (takenBack.length > 0) {
+      this.violations.push(
+        `${who} wrote done marks ${describeMarks(mine)} that no longer cover numbers ${takenBack.join(', ')}, ` +
+          `which its earlier ones (${describeMarks(earlier)}) covered`,
+      );
+    }
+    this.#lastMarks.set(`${slotLabel(request.slot)}#${epoch}`, mine);
+    this.violations.push(...this.unperformedProblems(`as ${who} wrote them`));
+  }
+
   /** A split window finishes only once every shard has reached its end, and has been recorded as such. */
   #finishProblems(actor: SimActor, after: SlotItem | undefined): string[] {
     const problems: string[] = [];
@@ -518,4 +683,21 @@ export class StoreWatch {
     }
     return problems;
   }
+}
+
+/** One epoch's done marks in a violation: `below 4, open [2]`, or `none`. */
+export function describeMarks(marks: EpochDoneMarks | undefined): string {
+  return marks ? `below ${marks.below}, open [${marks.open.join(', ')}]` : 'none';
+}
+
+/** Whether `marks` cover reservation number `seq`: the one rule (coveredByMarks), for one epoch's marks. */
+export function covers(marks: EpochDoneMarks | undefined, seq: number | undefined): boolean {
+  const reservation = { keyHash: '', state: EffectState.Reserved, epoch: 1, owner: '', attempts: 0, seq };
+  return coveredByMarks(reservation, marks && { '1': marks });
+}
+
+/** The numbers `marks` cover. */
+function coveredNumbers(marks: EpochDoneMarks | undefined): number[] {
+  if (!marks) return [];
+  return Array.from({ length: marks.below }, (_, seq) => seq).filter((seq) => covers(marks, seq));
 }

@@ -120,7 +120,7 @@ export function wordProblems(result: SimulationResult, resends: Resends): string
     if (!recorded || (state !== SlotState.Done && state !== SlotState.Partial)) continue;
     // A word recorded after the completing run's last read: the window was over for it.
     if ((completion?.listedVersion ?? Number.NEGATIVE_INFINITY) < recorded.version) continue;
-    const item = table.getEffect(SLOT, message.keyHash);
+    const item = table.effectiveEffect(SLOT, message.keyHash);
     if (item?.state === EffectState.Reserved && item.epoch === message.epoch) {
       problems.push(
         `${message.to}'s message of epoch ${message.epoch} was rejected, its word on record at ${recorded.at} ms, ` +
@@ -203,16 +203,15 @@ export function resolutionProblems(
   completedAt: number,
   counts: (item: EffectItem) => boolean,
 ): string[] {
-  const { scenario, watch } = result;
+  const { scenario, actors } = result;
   const problems: string[] = [];
   const grace = graceOf(scenario);
   const deadline = deadlineOf(scenario);
   const who = `${completion.actor} completed ${slotLabel(slot)}`;
+  const refused = actors.find((a) => a.name === completion.actor)?.settlesRefused ?? new Set();
   for (const [keyHash, item] of completion.ledger ?? []) {
     if (!counts(item) || item.state !== EffectState.Reserved) continue;
-    const moved = watch.settles.some(
-      (s) => s.actor === completion.actor && s.keyHash === keyHash && !s.committed,
-    );
+    const moved = refused.has(keyHash);
     if (moved) continue;
     const to = recipientOf(result, keyHash);
     const word = wordOf(item);
@@ -302,13 +301,16 @@ export function wordFacts(result: SimulationResult, resends: Resends): Record<st
     'an in-doubt effect re-sent after its grace period': settled('retry', undefined),
     'a settle finding its record moved on': watch.settles.filter((s) => !s.committed).length,
     'a settle committed but unheard (uncounted)': watch.settles.filter((s) => s.committed && !s.heard).length,
+    // A done mark on the effect's own record (EffectLedger.markDone) after a later run settled it.
     'a done mark landing after its reservation was settled': table.audit.doneMarksAfterSettle,
     'a second email by the resend policy': resends.byResend > 0 ? secondEmails.length : 0,
-    'a recipient missed: done on a Send the provider then rejected': [...table.listEffects(SLOT)].filter(
-      ([keyHash, item]) =>
-        doneOnSendRejectedAfter(result, keyHash, item) &&
-        provider.deliveriesTo(recipientOf(result, keyHash)).length === 0,
-    ).length,
+    'a recipient missed: done on a Send the provider then rejected': table
+      .effectiveEffects(SLOT)
+      .filter(
+        ([keyHash, item]) =>
+          doneOnSendRejectedAfter(result, keyHash, item) &&
+          provider.deliveriesTo(recipientOf(result, keyHash)).length === 0,
+      ).length,
     "a window waiting for the provider's word":
       logged.get("walk finished; effects in doubt wait for the provider's word") ?? 0,
   };

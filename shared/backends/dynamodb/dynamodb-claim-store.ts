@@ -3,6 +3,8 @@ import {
   ConditionalCheckFailedException,
   type DynamoDBClient,
   GetItemCommand,
+  QueryCommand,
+  type QueryCommandOutput,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '../../errors.js';
@@ -13,11 +15,13 @@ import {
   isOwnGrant,
   progressOf,
 } from '../../slot/conflict-outcomes.js';
+import { parseDoneMarks, type WindowDoneMarks } from '../../slot/done-marks.js';
 import type {
   Checkpoint,
   Claim,
   ClaimOutcome,
   ClaimStore,
+  DoneMarks,
   FinishOutcome,
   LeaseRequest,
   ReleaseReason,
@@ -30,7 +34,7 @@ import type {
 import { SlotState } from '../../slot/ports.js';
 import { canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
 import { conflictItem, num, str } from './attribute-values.js';
-import { slotPartitionKey, slotSortKey, TableLayout } from './table-layout.js';
+import { shardOfSlotSortKey, slotPartitionKey, slotSortKey, TableLayout } from './table-layout.js';
 
 export interface DynamoClaimStoreOptions {
   readonly client: DynamoDBClient;
@@ -83,6 +87,11 @@ export const SlotAttribute = {
   finishedShards: 'finishedShards',
   /** Which shard a shard item is (absent on a window's item). */
   shard: 'shard',
+  /**
+   * Every epoch's done marks (JSON, a few dozen bytes a run): written by checkpoints, never removed,
+   * since the item's reservations read DONE only through them. The effect ledger reads them.
+   */
+  doneMarks: TableLayout.doneMarksAttribute,
   expiresAt: TableLayout.ttlAttribute,
 } as const;
 const A = SlotAttribute;
@@ -243,13 +252,28 @@ export class DynamoClaimStore implements ClaimStore {
     }
   }
 
-  async checkpoint(claim: Claim, checkpoint: Checkpoint, progress: RunSummary): Promise<FinishOutcome> {
+  /*
+   * A checkpoint is the same fenced UpdateItem with or without done marks: marks of a run that was
+   * taken over never land (its owner and epoch fail the condition), and a write without marks
+   * leaves the stored ones as they are.
+   */
+  async checkpoint(
+    claim: Claim,
+    checkpoint: Checkpoint,
+    progress: RunSummary,
+    doneMarks?: DoneMarks,
+  ): Promise<FinishOutcome> {
+    const marks = doneMarks === undefined ? '' : ', #doneMarks = :doneMarks';
     return this.#finish(
       claim,
       SlotState.Running,
-      'SET #checkpoint = :checkpoint, #progress = :progress',
-      { ':checkpoint': str(JSON.stringify(checkpoint)), ':progress': str(JSON.stringify(progress)) },
-      [A.checkpoint, A.progress],
+      `SET #checkpoint = :checkpoint, #progress = :progress${marks}`,
+      {
+        ':checkpoint': str(JSON.stringify(checkpoint)),
+        ':progress': str(JSON.stringify(progress)),
+        ...(doneMarks === undefined ? {} : { ':doneMarks': str(JSON.stringify(doneMarks)) }),
+      },
+      [A.checkpoint, A.progress, ...(doneMarks === undefined ? [] : [A.doneMarks])],
     );
   }
 
@@ -476,6 +500,53 @@ export class DynamoClaimStore implements ClaimStore {
   }
 }
 
+/**
+ * The done marks of every slot item of `slot`'s window (the window's own and its shards'), by
+ * shard: one strongly consistent Query of the window's slot partition, projecting the sort key and
+ * the marks. Effect items have partitions of their own, so none is read. It costs a read unit per
+ * 4 KB of the window's slot items (the projection saves bytes on the wire, not units): one for a
+ * window that is not split.
+ */
+export async function readWindowDoneMarks(
+  client: DynamoDBClient,
+  tableName: string,
+  slot: Slot,
+): Promise<WindowDoneMarks> {
+  slot = canonicalSlot(slot);
+  const marks = new Map<number | undefined, DoneMarks>();
+  let startKey: Record<string, AttributeValue> | undefined;
+  do {
+    let page: QueryCommandOutput;
+    try {
+      page = await client.send(
+        new QueryCommand({
+          TableName: tableName,
+          KeyConditionExpression: '#pk = :pk',
+          // Named, not all: what the SES event recorder's grant allows (ClaimsTable.grantDoneMarkReads).
+          Select: 'SPECIFIC_ATTRIBUTES',
+          ProjectionExpression: '#sk, #doneMarks',
+          ExpressionAttributeNames: {
+            '#pk': TableLayout.partitionKey,
+            '#sk': TableLayout.sortKey,
+            '#doneMarks': A.doneMarks,
+          },
+          ExpressionAttributeValues: { ':pk': str(slotPartitionKey(slot.jobId, slot.window)) },
+          ConsistentRead: true,
+          ExclusiveStartKey: startKey,
+        }),
+      );
+    } catch (error) {
+      throw storeError('readDoneMarks', slot, error);
+    }
+    for (const item of page.Items ?? []) {
+      const doneMarks = parseDoneMarks(item[A.doneMarks]?.S);
+      if (doneMarks) marks.set(shardOfSlotSortKey(item[TableLayout.sortKey]?.S ?? ''), doneMarks);
+    }
+    startKey = page.LastEvaluatedKey;
+  } while (startKey);
+  return marks;
+}
+
 /** The shards a window item lists as finished, in order. */
 function finishedOf(item: Record<string, AttributeValue>): number[] {
   return (item[A.finishedShards]?.NS ?? []).map(Number).sort((a, b) => a - b);
@@ -487,6 +558,7 @@ function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord 
   const completedAt = item[A.completedAt]?.N;
   const checkpoint = item[A.checkpoint]?.S;
   const progress = item[A.progress]?.S;
+  const doneMarks = parseDoneMarks(item[A.doneMarks]?.S);
   return {
     slot,
     state: (item[A.state]?.S ?? SlotState.Released) as SlotState,
@@ -510,6 +582,7 @@ function toRecord(slot: Slot, item: Record<string, AttributeValue>): SlotRecord 
     ...(item[A.keyVersion]?.S !== undefined ? { keyVersion: item[A.keyVersion]?.S } : {}),
     ...(item[A.shards]?.N ? { shards: num$(item, A.shards) } : {}),
     ...(item[A.finishedShards]?.NS ? { finishedShards: finishedOf(item) } : {}),
+    ...(doneMarks ? { doneMarks } : {}),
     ...(summary ? { summary: JSON.parse(summary) as WindowSummary } : {}),
     ...(lastError ? { lastError } : {}),
     ...(completedAt ? { completedAt: Number(completedAt) } : {}),

@@ -12,11 +12,13 @@ import {
 } from '@aws-sdk/client-dynamodb';
 import { StoreError } from '../../errors.js';
 import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import { coveredByMarks, effectiveInWindow } from '../../slot/done-marks.js';
 import type {
   Claim,
   EffectFailure,
   EffectLedger,
   EffectRecord,
+  EpochDoneMarks,
   ProviderWord,
   ProviderWordOutcome,
   ReserveOptions,
@@ -25,6 +27,7 @@ import type {
 import { EffectState } from '../../slot/ports.js';
 import { canonicalClaim, canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
 import { conflictItem, num, str } from './attribute-values.js';
+import { readWindowDoneMarks } from './dynamodb-claim-store.js';
 import { EFFECT_SHARDS, effectPartitionKey, effectShardPartitionKey, TableLayout } from './table-layout.js';
 
 export interface DynamoEffectLedgerOptions {
@@ -46,9 +49,15 @@ const BATCH_LIMIT = 25;
  * Timeline of one effect:
  *   reserve  PutItem if absent: RESERVED, epoch e, owner o   → ours to perform
  *   perform  the caller sends the email
- *   mark     BatchWriteItem: DONE, epoch e, owner o          → later runs skip it
+ *   mark     the run's done marks on its slot item (its checkpoint: seq below n, not open)
+ *            → it reads DONE, and later runs skip it
  * A crash between reserve and mark leaves RESERVED with epoch e. A later epoch finds it and reports
  * it IN DOUBT (the email may or may not have gone) instead of sending again.
+ *
+ * A reservation's record stays RESERVED when the marks cover it: what it stands for is read with
+ * the done marks of the window's slot items (readWindowDoneMarks), which read() and list() apply
+ * (effectiveInWindow). A reservation made without a sequence number is marked DONE on its own
+ * item (markDone).
  */
 export class DynamoEffectLedger implements EffectLedger {
   readonly #client: DynamoDBClient;
@@ -82,12 +91,13 @@ export class DynamoEffectLedger implements EffectLedger {
     // keeps changing under us gives up after a few rounds, as the store failing would.
     for (let round = 1; round <= 5; round++) {
       try {
-        await this.#put(claim, keyHash, EffectState.Reserved, condition, values, attempts, options.now);
+        await this.#put(claim, keyHash, condition, values, attempts, options);
         return { kind: 'reserved', rerun: false, attempt: attempts + 1 };
       } catch (error) {
         if (!(error instanceof ConditionalCheckFailedException)) throw storeError('reserve', claim, error);
         const item = conflictItem(error);
-        const current = item ? toRecord(keyHash, item) : await this.read(claim.slot, keyHash);
+        // As stored: reserveOutcomeOfConflict applies the earlier epochs' marks the claim was handed.
+        const current = item ? toRecord(keyHash, item) : await this.#stored(claim.slot, keyHash);
         if (!current) {
           // Unreserved in between: try the plain reservation again.
           condition = 'attribute_not_exists(#state)';
@@ -96,7 +106,7 @@ export class DynamoEffectLedger implements EffectLedger {
           continue;
         }
         const outcome = reserveOutcomeOfConflict(current, claim, options);
-        if (outcome.kind === 'take-over') return this.#takeOver(claim, keyHash, outcome.current, options.now);
+        if (outcome.kind === 'take-over') return this.#takeOver(claim, keyHash, outcome.current, options);
         if (outcome.kind !== 'retry') return outcome;
         // An item stores `attempts` only above 0: a send cancelled before its first attempt is
         // FAILED without it, and `#attempts = :attempts` would never match that item.
@@ -203,7 +213,14 @@ export class DynamoEffectLedger implements EffectLedger {
     }
   }
 
+  /** The record as it stands: one GetItem and the window's done marks (one Query), side by side. */
   async read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
+    const [record, marks] = await Promise.all([this.#stored(slot, keyHash), this.#marks(slot)]);
+    return record && effectiveInWindow(record, marks);
+  }
+
+  /** The record as stored, without the done marks: what a lost race's condition met. */
+  async #stored(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
     slot = canonicalSlot(slot);
     try {
       const result = await this.#client.send(
@@ -222,8 +239,10 @@ export class DynamoEffectLedger implements EffectLedger {
     }
   }
 
+  /** Every record as it stands, under the done marks read once, before the first page. */
   async *list(slot: Slot): AsyncIterable<EffectRecord> {
     slot = canonicalSlot(slot);
+    const marks = await this.#marks(slot);
     for (let shard = 0; shard < EFFECT_SHARDS; shard++) {
       const pk = effectShardPartitionKey(slot.jobId, slot.window, shard);
       let startKey: Record<string, AttributeValue> | undefined;
@@ -239,7 +258,7 @@ export class DynamoEffectLedger implements EffectLedger {
           }),
         );
         for (const item of page.Items ?? []) {
-          yield toRecord(item[TableLayout.sortKey]?.S ?? '', item);
+          yield effectiveInWindow(toRecord(item[TableLayout.sortKey]?.S ?? '', item), marks);
         }
         startKey = page.LastEvaluatedKey;
       } while (startKey);
@@ -247,13 +266,25 @@ export class DynamoEffectLedger implements EffectLedger {
   }
 
   /*
-   * Timeline of a provider's word: UpdateItem SET provider attributes, only on the reservation the
-   * word is about (its epoch), never on DONE; an accepted word replaces a rejection, not the other
-   * way round (SES reports a Send, then maybe a Bounce). Events come late, twice, or never: a
-   * duplicate finds its own word and is 'recorded' again, harmlessly.
+   * Timeline of a provider's word:
+   *   read     GetItem of the record and the window's done marks (a Query), side by side
+   *   absent, DONE, or a reservation the marks cover → answered from the read, nothing written
+   *   write    UpdateItem SET provider attributes, only on the reservation the word is about (its
+   *            epoch), never on DONE; an accepted word replaces a rejection, not the other way round
+   *            (SES reports a Send, then maybe a Bounce)
+   * Per event: 1 read unit for the record, 1 per 4 KB of the window's slot items for the marks (1
+   * for a window not split), and 1 write unit when there is a word to write; it was the write
+   * alone before done marks. Marks that come to cover the reservation between the read and the
+   * write leave a word on a record that reads DONE: nothing acts on it (settleInDoubt settles no
+   * covered reservation). Events come late, twice, or never: a duplicate finds its own word and is
+   * 'recorded' again, harmlessly.
    */
   async recordProviderWord(slot: Slot, keyHash: string, word: ProviderWord): Promise<ProviderWordOutcome> {
     const window = windowSlot(canonicalSlot(slot));
+    const current = await this.read(window, keyHash);
+    if (current === undefined || current.state === EffectState.Done) {
+      return providerWordOutcomeOfConflict(current, word);
+    }
     const guard =
       word.outcome === 'accepted'
         ? '(attribute_not_exists(#pOutcome) OR #pOutcome = :rejected)'
@@ -292,14 +323,25 @@ export class DynamoEffectLedger implements EffectLedger {
         throw storeError('recordProviderWord', window, error);
       const item = conflictItem(error);
       return providerWordOutcomeOfConflict(
-        item ? toRecord(keyHash, item) : await this.read(window, keyHash),
+        item ? toRecord(keyHash, item) : await this.#stored(window, keyHash),
         word,
       );
     }
   }
 
+  /*
+   * Timeline of settling a reservation in doubt:
+   *   read     the window's done marks (a Query): one that covers `stale` was performed → false
+   *   write    UpdateItem if it is still exactly `stale` (RESERVED, epoch, owner) and its stored
+   *            number is not one the marks of its shard and epoch cover
+   * The marks cannot come to cover it after the read: only a run of that epoch writes them, and a
+   * reservation is settled once that run is over (a later epoch holds the slot, or it finished).
+   */
   async settleInDoubt(slot: Slot, stale: EffectRecord, to: 'done' | 'retry', now: number): Promise<boolean> {
     const window = windowSlot(canonicalSlot(slot));
+    const marks = (await this.#marks(window)).get(stale.shard);
+    if (coveredByMarks(stale, marks)) return false;
+    const uncovered = notCoveredCondition(marks?.[String(stale.epoch)]);
     const settled: { update: string; values: Record<string, AttributeValue> } =
       to === 'done'
         ? { update: 'SET #state = :next', values: { ':next': str(EffectState.Done) } }
@@ -318,17 +360,19 @@ export class DynamoEffectLedger implements EffectLedger {
           TableName: this.#table,
           Key: this.#key(window, stale.keyHash),
           UpdateExpression: settled.update,
-          ConditionExpression: '#state = :reserved AND #epoch = :epoch AND #owner = :owner',
+          ConditionExpression: `#state = :reserved AND #epoch = :epoch AND #owner = :owner${uncovered.condition}`,
           ExpressionAttributeNames: {
             '#state': 'state',
             '#epoch': 'epoch',
             '#owner': 'owner',
+            ...uncovered.names,
             ...(to === 'retry'
               ? { '#attempts': 'attempts', '#retryAt': 'retryAt', '#reason': 'reason' }
               : {}),
           },
           ExpressionAttributeValues: {
             ...settled.values,
+            ...uncovered.values,
             ':reserved': str(EffectState.Reserved),
             ':epoch': num(stale.epoch),
             ':owner': str(stale.owner),
@@ -343,12 +387,16 @@ export class DynamoEffectLedger implements EffectLedger {
   }
 
   /** The opt-in re-run of an in-doubt effect: replace that exact stale reservation, or lose the race. */
-  async #takeOver(claim: Claim, keyHash: string, stale: EffectRecord, now: number): Promise<ReserveOutcome> {
+  async #takeOver(
+    claim: Claim,
+    keyHash: string,
+    stale: EffectRecord,
+    options: ReserveOptions,
+  ): Promise<ReserveOutcome> {
     try {
       await this.#put(
         claim,
         keyHash,
-        EffectState.Reserved,
         '#state = :reserved AND #epoch = :staleEpoch AND #owner = :staleOwner',
         {
           ':reserved': str(EffectState.Reserved),
@@ -356,12 +404,12 @@ export class DynamoEffectLedger implements EffectLedger {
           ':staleOwner': str(stale.owner),
         },
         stale.attempts,
-        now,
+        options,
       );
       return { kind: 'reserved', rerun: true, attempt: stale.attempts + 1 };
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw storeError('reserve', claim, error);
-      const current = await this.read(claim.slot, keyHash);
+      const current = await this.#stored(claim.slot, keyHash);
       if (current?.state === EffectState.Done) return { kind: 'done' };
       if (current && current.owner === claim.owner && current.epoch === claim.epoch) {
         return { kind: 'reserved', rerun: true, attempt: current.attempts + 1 };
@@ -370,14 +418,14 @@ export class DynamoEffectLedger implements EffectLedger {
     }
   }
 
+  /** A reservation's PutItem: stamped with the reserving run's clock and, if it has one, its number. */
   #put(
     claim: Claim,
     keyHash: string,
-    state: EffectState,
     condition: string,
     values: Record<string, AttributeValue>,
     attempts: number,
-    reservedAt: number,
+    options: ReserveOptions,
   ) {
     const names: Record<string, string> = { '#state': 'state' };
     if (condition.includes('#epoch')) names['#epoch'] = 'epoch';
@@ -386,7 +434,11 @@ export class DynamoEffectLedger implements EffectLedger {
     return this.#client.send(
       new PutItemCommand({
         TableName: this.#table,
-        Item: { ...this.#item(claim, keyHash, state, attempts), reservedAt: num(reservedAt) },
+        Item: {
+          ...this.#item(claim, keyHash, EffectState.Reserved, attempts),
+          reservedAt: num(options.now),
+          ...(options.seq !== undefined ? { seq: num(options.seq) } : {}),
+        },
         ConditionExpression: condition,
         ExpressionAttributeNames: names,
         ...(Object.keys(values).length > 0 ? { ExpressionAttributeValues: values } : {}),
@@ -406,6 +458,10 @@ export class DynamoEffectLedger implements EffectLedger {
       ...(attempts > 0 ? { attempts: num(attempts) } : {}),
       ...(claim.slot.shard !== undefined ? { shard: num(claim.slot.shard) } : {}),
     };
+  }
+
+  #marks(slot: Slot) {
+    return readWindowDoneMarks(this.#client, this.#table, slot);
   }
 
   #key(slot: Slot, keyHash: string): Record<string, AttributeValue> {
@@ -445,7 +501,28 @@ function toRecord(keyHash: string, item: Record<string, AttributeValue>): Effect
     ...(item.reason?.S !== undefined ? { reason: item.reason.S } : {}),
     ...(item.shard?.N !== undefined ? { shard: Number(item.shard.N) } : {}),
     ...(item.reservedAt?.N !== undefined ? { reservedAt: Number(item.reservedAt.N) } : {}),
+    ...(item.seq?.N !== undefined ? { seq: Number(item.seq.N) } : {}),
     ...(providerWordOf(item) ?? {}),
+  };
+}
+
+/**
+ * The condition (joined with AND) that a stored reservation's number is not one `marks` cover:
+ * none stored, at or above `below`, or open. Nothing when the epoch has no marks. `open` holds at
+ * most MAX_OPEN_MARKS numbers, within the 100 operands IN takes.
+ */
+function notCoveredCondition(marks: EpochDoneMarks | undefined): {
+  readonly condition: string;
+  readonly names: Record<string, string>;
+  readonly values: Record<string, AttributeValue>;
+} {
+  if (marks === undefined) return { condition: '', names: {}, values: {} };
+  const open = marks.open.map((seq, i) => [`:open${i}`, num(seq)] as const);
+  const isOpen = open.length > 0 ? ` OR #seq IN (${open.map(([name]) => name).join(', ')})` : '';
+  return {
+    condition: ` AND (attribute_not_exists(#seq) OR #seq >= :below${isOpen})`,
+    names: { '#seq': 'seq' },
+    values: { ':below': num(marks.below), ...Object.fromEntries(open) },
   };
 }
 

@@ -16,15 +16,31 @@ export const TableLayout = {
   sortKey: 'sk',
   /** Epoch seconds; DynamoDB's TTL deletes the item some time after it passes. */
   ttlAttribute: 'expiresAt',
+  /**
+   * A slot item's done marks (JSON). Named here because IAM names it too: the SES event recorder
+   * may Query a window's slot partition for its sort keys and this attribute alone.
+   */
+  doneMarksAttribute: 'doneMarks',
   slotSortKey: 'slot',
   sendRateSortKey: 'send',
 } as const;
 
 export const EFFECT_SHARDS = 16;
 
+const SHARD_SORT_KEY_PREFIX = 'shard#';
+
 /** A slot item's sort key: `slot` for the window, `shard#0003` for one of its shards. */
 export function slotSortKey(shard: number | undefined): string {
-  return shard === undefined ? TableLayout.slotSortKey : `shard#${String(shard).padStart(4, '0')}`;
+  return shard === undefined
+    ? TableLayout.slotSortKey
+    : `${SHARD_SORT_KEY_PREFIX}${String(shard).padStart(4, '0')}`;
+}
+
+/** The shard a slot item's sort key names (slotSortKey's inverse): undefined for the window's own `slot`. */
+export function shardOfSlotSortKey(sortKey: string): number | undefined {
+  return sortKey === TableLayout.slotSortKey
+    ? undefined
+    : Number(sortKey.slice(SHARD_SORT_KEY_PREFIX.length));
 }
 
 export function slotPartitionKey(jobId: string, window: string): string {

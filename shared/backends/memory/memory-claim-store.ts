@@ -6,11 +6,13 @@ import {
   isOwnGrant,
   progressOf,
 } from '../../slot/conflict-outcomes.js';
+import { parseDoneMarks } from '../../slot/done-marks.js';
 import type {
   Checkpoint,
   Claim,
   ClaimOutcome,
   ClaimStore,
+  DoneMarks,
   FinishOutcome,
   LeaseRequest,
   ReleaseReason,
@@ -153,8 +155,17 @@ export class MemoryClaimStore implements ClaimStore {
     return { kind: 'lost', ...fencedBy(current) };
   }
 
-  async checkpoint(claim: Claim, checkpoint: Checkpoint, progress: RunSummary): Promise<FinishOutcome> {
-    const stored = { checkpoint: JSON.stringify(checkpoint), progress: JSON.stringify(progress) };
+  async checkpoint(
+    claim: Claim,
+    checkpoint: Checkpoint,
+    progress: RunSummary,
+    doneMarks?: DoneMarks,
+  ): Promise<FinishOutcome> {
+    const stored = {
+      checkpoint: JSON.stringify(checkpoint),
+      progress: JSON.stringify(progress),
+      ...(doneMarks ? { doneMarks: JSON.stringify(doneMarks) } : {}),
+    };
     return this.#finish('checkpoint', claim, SlotState.Running, (item) => ({ ...item, ...stored }));
   }
 
@@ -375,6 +386,7 @@ function toRecord(slot: Slot, item: SlotItem): MemorySlotRecord {
     ...(item.keyVersion !== undefined ? { keyVersion: item.keyVersion } : {}),
     ...(item.shards !== undefined ? { shards: item.shards } : {}),
     ...(item.finishedShards !== undefined ? { finishedShards: item.finishedShards } : {}),
+    ...(item.doneMarks !== undefined ? { doneMarks: parseDoneMarks(item.doneMarks) } : {}),
   };
 }
 

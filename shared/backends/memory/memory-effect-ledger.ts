@@ -1,5 +1,6 @@
 import { StoreError } from '../../errors.js';
 import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import { effectiveInWindow, parseDoneMarks, type WindowDoneMarks } from '../../slot/done-marks.js';
 import type {
   Claim,
   EffectFailure,
@@ -10,7 +11,7 @@ import type {
   ReserveOptions,
   ReserveOutcome,
 } from '../../slot/ports.js';
-import { EffectState } from '../../slot/ports.js';
+import { type DoneMarks, EffectState } from '../../slot/ports.js';
 import { canonicalClaim, canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
 import type { Condition, EffectItem, MemoryTable, StoreOperation, WriteResult } from './memory-table.js';
 import type { MemoryRequest, MemoryTransport } from './memory-transport.js';
@@ -65,21 +66,22 @@ export class MemoryEffectLedger implements EffectLedger {
     options: ReserveOptions,
     issuedAt: number,
   ): Promise<ReserveOutcome> {
-    let result = await this.#put(claim, keyHash, absent, 0, issuedAt, options.now);
+    const put = (condition: Condition<EffectItem>, attempts: number) =>
+      this.#put(claim, keyHash, condition, attempts, issuedAt, options.now, options.seq);
+    let result = await put(absent, 0);
     // Each round either writes or meets a record someone changed since the last read; a key
     // everyone keeps changing gives up after a few rounds, as a store error would.
     for (let round = 1; ; round++) {
       if (result.committed) return { kind: 'reserved', rerun: false, attempt: 1 };
-      const current = result.item ? toRecord(keyHash, result.item) : await this.read(claim.slot, keyHash);
+      const current = result.item ? toRecord(keyHash, result.item) : await this.#readRaw(claim.slot, keyHash);
       if (!current) {
         // Unreserved in between: try the plain reservation again.
-        result = await this.#put(claim, keyHash, absent, 0, issuedAt, options.now);
+        result = await put(absent, 0);
       } else {
         const outcome = reserveOutcomeOfConflict(current, claim, options);
-        if (outcome.kind === 'take-over')
-          return this.#takeOver(claim, keyHash, outcome.current, issuedAt, options.now);
+        if (outcome.kind === 'take-over') return this.#takeOver(claim, keyHash, outcome.current, put);
         if (outcome.kind !== 'retry') return outcome;
-        result = await this.#put(claim, keyHash, failedAs(current), current.attempts, issuedAt, options.now);
+        result = await put(failedAs(current), current.attempts);
         if (result.committed) return { kind: 'reserved', rerun: false, attempt: current.attempts + 1 };
       }
       if (round === 5) {
@@ -140,6 +142,12 @@ export class MemoryEffectLedger implements EffectLedger {
 
   async read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
     slot = canonicalSlot(slot);
+    const record = await this.#readRaw(slot, keyHash);
+    return record?.seq === undefined ? record : effectiveInWindow(record, await this.#marks(slot));
+  }
+
+  /** The record as stored, done marks not applied: what a conflict is judged by (with the claim's marks). */
+  async #readRaw(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
     const item = await this.#send({ operation: 'readEffect', slot, keyHash }, () =>
       this.#table.getEffect(slot, keyHash),
     );
@@ -148,8 +156,22 @@ export class MemoryEffectLedger implements EffectLedger {
 
   async *list(slot: Slot): AsyncIterable<EffectRecord> {
     slot = canonicalSlot(slot);
+    const marks = await this.#marks(slot);
     const items = await this.#send({ operation: 'list', slot }, () => this.#table.listEffects(slot));
-    for (const [keyHash, item] of items) yield toRecord(keyHash, item);
+    for (const [keyHash, item] of items) yield effectiveInWindow(toRecord(keyHash, item), marks);
+  }
+
+  /** The done marks of the window's slot records, as one query of the window's partition reads them. */
+  async #marks(slot: Slot): Promise<WindowDoneMarks> {
+    const items = await this.#send({ operation: 'read', slot: windowSlot(slot) }, () =>
+      this.#table.windowSlots(slot),
+    );
+    const marks = new Map<number | undefined, DoneMarks>();
+    for (const [shard, item] of items) {
+      const parsed = parseDoneMarks(item.doneMarks);
+      if (parsed) marks.set(shard, parsed);
+    }
+    return marks;
   }
 
   /** The opt-in re-run of an in-doubt effect: replace that exact stale reservation, or lose the race. */
@@ -157,12 +179,11 @@ export class MemoryEffectLedger implements EffectLedger {
     claim: Claim,
     keyHash: string,
     stale: EffectRecord,
-    issuedAt: number,
-    now: number,
+    put: (condition: Condition<EffectItem>, attempts: number) => Promise<WriteResult<EffectItem>>,
   ): Promise<ReserveOutcome> {
-    const result = await this.#put(claim, keyHash, reservedBy(stale), stale.attempts, issuedAt, now);
+    const result = await put(reservedBy(stale), stale.attempts);
     if (result.committed) return { kind: 'reserved', rerun: true, attempt: stale.attempts + 1 };
-    const current = await this.read(claim.slot, keyHash);
+    const current = await this.#readRaw(claim.slot, keyHash);
     if (current?.state === EffectState.Done) return { kind: 'done' };
     if (current && current.owner === claim.owner && current.epoch === claim.epoch) {
       return { kind: 'reserved', rerun: true, attempt: current.attempts + 1 };
@@ -181,6 +202,7 @@ export class MemoryEffectLedger implements EffectLedger {
     attempts: number,
     issuedAt: number,
     reservedAt: number,
+    seq: number | undefined,
   ): Promise<WriteResult<EffectItem>> {
     return this.#write(
       'reserve',
@@ -191,6 +213,7 @@ export class MemoryEffectLedger implements EffectLedger {
         ...this.#item(claim, EffectState.Reserved),
         reservedAt,
         ...(attempts > 0 ? { attempts } : {}),
+        ...(seq !== undefined ? { seq } : {}),
       }),
       issuedAt,
     );
@@ -198,7 +221,8 @@ export class MemoryEffectLedger implements EffectLedger {
 
   async recordProviderWord(slot: Slot, keyHash: string, word: ProviderWord): Promise<ProviderWordOutcome> {
     const window = windowSlot(canonicalSlot(slot));
-    const current = this.#table.getEffect(window, keyHash);
+    const current = await this.read(window, keyHash);
+    // DONE, or a reservation its run's done marks cover: performed, nothing to settle.
     if (current?.state === EffectState.Done) return 'done';
     // Only on the reservation the word is about; an accepted word is never replaced by a rejection.
     const result = await this.#send({ operation: 'recordProviderWord', slot: window, keyHash }, () =>
@@ -217,6 +241,9 @@ export class MemoryEffectLedger implements EffectLedger {
 
   async settleInDoubt(slot: Slot, stale: EffectRecord, to: 'done' | 'retry', now: number): Promise<boolean> {
     const window = windowSlot(canonicalSlot(slot));
+    // A reservation its run's done marks cover was performed: never settled (a retry would send it again).
+    if (stale.seq !== undefined && (await this.read(window, stale.keyHash))?.state === EffectState.Done)
+      return false;
     const result = await this.#send(
       { operation: 'settleInDoubt', slot: window, keyHash: stale.keyHash },
       () =>
@@ -341,6 +368,7 @@ function toRecord(keyHash: string, item: EffectItem): EffectRecord {
     ...(item.shard !== undefined ? { shard: item.shard } : {}),
     ...(item.reservedAt !== undefined ? { reservedAt: item.reservedAt } : {}),
     ...(item.provider !== undefined ? { provider: item.provider } : {}),
+    ...(item.seq !== undefined ? { seq: item.seq } : {}),
   };
 }
 

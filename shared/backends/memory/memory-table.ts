@@ -1,4 +1,5 @@
-import type { EffectState, ProviderWord, SlotState } from '../../slot/ports.js';
+import { effectiveInWindow, parseDoneMarks, type WindowDoneMarks } from '../../slot/done-marks.js';
+import { type DoneMarks, EffectState, type ProviderWord, type SlotState } from '../../slot/ports.js';
 import type { Slot } from '../../slot/slot.js';
 import { effectShard, slotPartitionKey, slotSortKey } from '../dynamodb/table-layout.js';
 import { ProtocolAudit } from './protocol-audit.js';
@@ -40,6 +41,8 @@ export interface SlotItem {
   /** A window's split, set by its first claim; and the shards finished so far (a set). */
   readonly shards?: number;
   readonly finishedShards?: readonly number[];
+  /** Every epoch's done marks as JSON: written by checkpoints, kept by everything else. */
+  readonly doneMarks?: string;
 }
 
 /** An effect item, as the DynamoDB adapter writes it. */
@@ -58,6 +61,8 @@ export interface EffectItem {
   readonly reservedAt?: number;
   /** What the provider said of this reservation's message. */
   readonly provider?: ProviderWord;
+  /** The reserving run's sequence number, which its done marks cover. */
+  readonly seq?: number;
 }
 
 /** The port operation a write belongs to: the audit judges each write by it. */
@@ -149,8 +154,46 @@ export class MemoryTable {
     return { committed: true, old: current };
   }
 
+  /** The slot items of a window (its own and its shards'), as one DynamoDB query of its partition reads them. */
+  windowSlots(slot: Slot): [number | undefined, SlotItem][] {
+    const found: [number | undefined, SlotItem][] = [];
+    const prefix = `${windowKey(slot)}/`;
+    for (const [key, item] of this.#slots) {
+      if (!key.startsWith(prefix)) continue;
+      const sortKey = key.slice(prefix.length);
+      found.push([sortKey.startsWith('shard#') ? Number(sortKey.slice('shard#'.length)) : undefined, item]);
+    }
+    return found;
+  }
+
   getEffect(slot: Slot, keyHash: string): EffectItem | undefined {
     return this.#effects.get(windowKey(slot))?.get(keyHash);
+  }
+
+  /** The done marks on a window's slot records (its own and its shards'), by shard. */
+  windowDoneMarks(slot: Slot): WindowDoneMarks {
+    const marks = new Map<number | undefined, DoneMarks>();
+    for (const [shard, item] of this.windowSlots(slot)) {
+      const parsed = parseDoneMarks(item.doneMarks);
+      if (parsed) marks.set(shard, parsed);
+    }
+    return marks;
+  }
+
+  /**
+   * An effect item as the ledger reads it: a reservation the done marks of its slot record cover
+   * is DONE (effectiveInWindow). `getEffect` gives the item as stored, where such a reservation is
+   * still RESERVED.
+   */
+  effectiveEffect(slot: Slot, keyHash: string): EffectItem | undefined {
+    const item = this.getEffect(slot, keyHash);
+    return item && effectiveItem(keyHash, item, this.windowDoneMarks(slot));
+  }
+
+  /** A window's effects as the ledger lists them (see effectiveEffect), in listEffects' order. */
+  effectiveEffects(slot: Slot): [string, EffectItem][] {
+    const marks = this.windowDoneMarks(slot);
+    return this.listEffects(slot).map(([keyHash, item]) => [keyHash, effectiveItem(keyHash, item, marks)]);
   }
 
   updateEffect(keyHash: string, write: ConditionalWrite<EffectItem>): WriteResult<EffectItem> {
@@ -197,6 +240,15 @@ export class MemoryTable {
     }
     return effects;
   }
+}
+
+/**
+ * `item` as it stands under `marks` (a window's, by shard): a DONE copy when they cover its
+ * reservation, else `item` itself.
+ */
+export function effectiveItem(keyHash: string, item: EffectItem, marks: WindowDoneMarks): EffectItem {
+  const record = effectiveInWindow({ ...item, keyHash, attempts: item.attempts ?? 0 }, marks);
+  return record.state === item.state ? item : { ...item, state: EffectState.Done };
 }
 
 /** A slot record's key: the window's, or one of its shards' (as the DynamoDB sort key tells them apart). */

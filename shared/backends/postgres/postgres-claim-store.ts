@@ -1,11 +1,13 @@
 import { ConfigurationError, StoreError } from '../../errors.js';
 import { claimOutcomeOfConflict, progressOf } from '../../slot/conflict-outcomes.js';
+import { parseDoneMarks } from '../../slot/done-marks.js';
 import type {
   Checkpoint,
   Claim,
   ClaimOutcome,
   ClaimStore,
   Delivery,
+  DoneMarks,
   FinishOutcome,
   LeaseRequest,
   ReleaseReason,
@@ -15,7 +17,7 @@ import type {
   WindowFinish,
   WindowSummary,
 } from '../../slot/ports.js';
-import { defaultLeaseSafetyMarginMs, SlotState } from '../../slot/ports.js';
+import { defaultLeaseSafetyMarginMs, MAX_OPEN_MARKS, SlotState } from '../../slot/ports.js';
 import {
   assertShard,
   canonicalClaim,
@@ -107,13 +109,15 @@ export type SlotRow = {
   /** A window's row only: its split (NULL on a row an older build wrote), and the shards finished. */
   readonly shards?: number | null;
   readonly finished_shards?: number[] | null;
+  /** Every epoch's done marks, as text (SLOT_COLUMNS casts them): checked by doneMarksOf. */
+  readonly done_marks: string | null;
   readonly lease_expired?: boolean | null;
 };
 
 /** What the claim's upsert returns: the grant, and the window's progress as the replaced row had it. */
 type GrantRow = Pick<
   SlotRow,
-  'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version' | 'shards'
+  'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version' | 'shards' | 'done_marks'
 > & {
   readonly epoch: number;
   readonly lease_until: Date;
@@ -253,11 +257,18 @@ export class PostgresClaimStore implements ClaimStore {
     return { kind: 'lost', ...fencedBy(await this.#readRow(claim.slot)) };
   }
 
-  async checkpoint(claim: Claim, checkpoint: Checkpoint, progress: RunSummary): Promise<FinishOutcome> {
+  // Timeline: sql.checkpointSlot.
+  async checkpoint(
+    claim: Claim,
+    checkpoint: Checkpoint,
+    progress: RunSummary,
+    doneMarks?: DoneMarks,
+  ): Promise<FinishOutcome> {
     claim = canonicalClaim(claim);
     const rows = await this.#write('checkpoint', claim, (sql) => sql.checkpointSlot, [
       JSON.stringify(checkpoint),
       JSON.stringify(progress),
+      doneMarks === undefined ? null : storableDoneMarks(doneMarks),
     ]);
     return rows.length > 0 ? { kind: 'ok' } : this.#explainFinish(claim, [SlotState.Running]);
   }
@@ -364,7 +375,11 @@ export class PostgresClaimStore implements ClaimStore {
   async read(slot: Slot): Promise<PostgresSlotRecord | undefined> {
     slot = canonicalSlot(slot);
     const row = await this.#readRow(slot);
-    return row?.state ? toRecord(slot, row) : undefined;
+    try {
+      return row?.state ? toRecord(slot, row) : undefined;
+    } catch (error) {
+      throw translateError('read', describeSlot(slot), this.#schema, error);
+    }
   }
 
   /** The epoch currently on a slot, or undefined when it has no row. */
@@ -517,17 +532,62 @@ function grantedOutcome(slot: Slot, lease: LeaseRequest, row: GrantRow): ClaimOu
   };
 }
 
-/** The window's progress columns of a row (and a window's split), as the port's record spells them. */
+/**
+ * The window's progress columns of a row (and a window's split, and its done marks), as the port's
+ * record spells them.
+ */
 function windowFields(
-  row: Pick<SlotRow, 'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version' | 'shards'>,
+  row: Pick<
+    SlotRow,
+    'deadline' | 'checkpoint' | 'runs_without_progress' | 'key_version' | 'shards' | 'done_marks'
+  >,
 ) {
+  const doneMarks = doneMarksOf(row.done_marks);
   return {
     runsWithoutProgress: row.runs_without_progress,
     ...(row.key_version !== null && row.key_version !== undefined ? { keyVersion: row.key_version } : {}),
     ...(row.deadline ? { deadline: row.deadline.getTime() } : {}),
     ...(row.checkpoint ? { checkpoint: row.checkpoint } : {}),
     ...(row.shards !== null && row.shards !== undefined ? { shards: row.shards } : {}),
+    ...(doneMarks ? { doneMarks } : {}),
   };
+}
+
+/**
+ * A slot row's done marks as read back (text, NULL on a row no run has marked), checked with the
+ * rule every backend reads them by: a malformed value is a StoreError, never marks taken on trust,
+ * since a reservation they cover reads DONE and is never performed again.
+ */
+export function doneMarksOf(text: string | null | undefined): DoneMarks | undefined {
+  try {
+    return parseDoneMarks(text ?? undefined);
+  } catch (error) {
+    throw new StoreError(
+      'read',
+      `a slot row's done_marks could not be read: ${messageOf(error)}; only checkpoint writes them, and ` +
+        'checks them first: report it with the slot row',
+      { cause: error },
+    );
+  }
+}
+
+/**
+ * Done marks as checkpoint stores them (JSON), checked first by the rule they are read back with:
+ * what is stored is what every later run and reader trusts.
+ */
+function storableDoneMarks(doneMarks: DoneMarks): string {
+  const text = JSON.stringify(doneMarks);
+  try {
+    parseDoneMarks(text);
+  } catch (error) {
+    throw new ConfigurationError(
+      'doneMarks',
+      `checkpoint refused the done marks it was given: ${messageOf(error)}; pass each epoch's { below, open }, keyed by the epoch ` +
+        `in decimal, with whole numbers and at most ${MAX_OPEN_MARKS} open`,
+      { cause: error },
+    );
+  }
+  return text;
 }
 
 /** Decodes a slot row read with SLOT_COLUMNS and claimer_clock (the operator store's too). */
@@ -562,6 +622,8 @@ export function toRecord(slot: Slot, row: SlotRow): PostgresSlotRecord {
       : {}),
   };
 }
+
+const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error));
 
 /** The lease end in epoch milliseconds; 0 once the slot is DONE (the lease is cleared). */
 const leaseEnd = (row: SlotRow) => row.lease_until?.getTime() ?? 0;

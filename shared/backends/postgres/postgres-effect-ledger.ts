@@ -1,7 +1,9 @@
-import { StoreError } from '../../errors.js';
+import { ConfigurationError, StoreError } from '../../errors.js';
 import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
+import { coveredByMarks, effectiveInWindow, type WindowDoneMarks } from '../../slot/done-marks.js';
 import type {
   Claim,
+  DoneMarks,
   EffectFailure,
   EffectLedger,
   EffectRecord,
@@ -11,8 +13,8 @@ import type {
   ReserveOutcome,
 } from '../../slot/ports.js';
 import { EffectState } from '../../slot/ports.js';
-import { canonicalClaim, canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
-import { type LeaseClock, type PostgresClaimStore, shardParam } from './postgres-claim-store.js';
+import { canonicalClaim, canonicalSlot, describe, type Slot, windowSlot } from '../../slot/slot.js';
+import { doneMarksOf, type LeaseClock, type PostgresClaimStore, shardParam } from './postgres-claim-store.js';
 import { translateError } from './postgres-errors.js';
 import type { PostgresExecutor } from './postgres-executor.js';
 import { assertKeyHash, assertOwner, storableText } from './postgres-keys.js';
@@ -47,7 +49,19 @@ export type EffectRow = {
   readonly provider_event: string | null;
   readonly provider_at: Date | null;
   readonly provider_message_id: string | null;
+  /** The reserving run's sequence number (bigint, which pg returns as text); NULL: none. */
+  readonly seq: string | null;
 };
+
+/** Options of reserveMany: the port's, with a sequence number per key instead of one. */
+export interface ReserveManyOptions extends Omit<ReserveOptions, 'seq'> {
+  /**
+   * Each key's sequence number (ReserveOptions.seq), in the order the keys are given; a key given
+   * twice takes its first.
+   * @default none: no marks cover these reservations
+   */
+  readonly seqs?: readonly number[];
+}
 
 type BatchRow = { readonly lease_held: boolean; readonly inserted: string[] };
 type ReplaceRow = { readonly lease_held: boolean; readonly replaced: string[] };
@@ -78,7 +92,8 @@ const MAX_PROVIDER_TEXT = 200;
  *   reserve  one statement: lock the slot row FOR SHARE if our lease holds, then INSERT … ON
  *            CONFLICT DO NOTHING: RESERVED, epoch e, owner o                 → ours to perform
  *   perform  the caller sends the email
- *   mark     UPDATE to DONE where the reservation is ours                   → later runs skip it
+ *   mark     the run's done marks on its slot row (ClaimStore.checkpoint) cover its number, or,
+ *            for a reservation made without one, UPDATE to DONE where it is ours → later runs skip it
  *   refused  UPDATE to FAILED (attempts, retry_at) where it is ours          → a later run retries it
  *   word     UPDATE of the provider_* columns from the provider's events (recordProviderWord),
  *            on the reservation of the word's epoch, by a recorder that holds no lease
@@ -90,6 +105,13 @@ const MAX_PROVIDER_TEXT = 200;
  * client-side deadline before its COMMIT was sent reserves nothing either, even once a frozen server
  * thaws (see PostgresExecutor.query); had it committed unseen, its keys would read as in doubt to
  * the next epoch although nothing was sent.
+ *
+ * Done marks: a RESERVED row whose number its epoch's marks cover (coveredByMarks) is DONE as it
+ * stands. Reads apply the marks of the row's own slot row (the window's, or its shard's) after
+ * reading the rows (effectiveInWindow); a reservation decides by the marks its claim was handed
+ * (reserveOutcomeOfConflict), final for every earlier epoch since a fenced run's checkpoint never
+ * lands; and the writes that must leave a covered reservation alone (the provider's word, settling
+ * one in doubt, re-running one) check the stored marks in their own statement (coveredByMarksSql).
  *
  * A refused effect's `retry_at` is compared with the caller's `now` (ReserveOptions.now), on the
  * database lease clock too: the runner that recorded the refusal computed `retry_at` on its own
@@ -116,7 +138,11 @@ export class PostgresEffectLedger implements EffectLedger {
 
   /** The port's single-key reservation: a batch of one. */
   async reserve(claim: Claim, keyHash: string, options: ReserveOptions): Promise<ReserveOutcome> {
-    const [outcome] = await this.reserveMany(claim, [keyHash], options);
+    const { seq, ...rest } = options;
+    const [outcome] = await this.reserveMany(claim, [keyHash], {
+      ...rest,
+      ...(seq !== undefined ? { seqs: [seq] } : {}),
+    });
     return outcome!;
   }
 
@@ -124,7 +150,8 @@ export class PostgresEffectLedger implements EffectLedger {
    * Timeline of a batch of reservations:
    *   1. sql.reserveEffects: under the lease check, insert every key; most are new → reserved
    *   2. the keys that met a row are read, and each row decided by the rules every backend shares
-   *      (reserveOutcomeOfConflict): done, in doubt, fenced, retry-later, failed, or ours already
+   *      (reserveOutcomeOfConflict): done (also when the claim's done marks cover it, or it is our
+   *      own under another number), in doubt, fenced, retry-later, failed, or ours already
    *   3. rows to replace (a refusal due for its retry, an in-doubt effect re-run by policy):
    *      sql.replaceEffects, under the same lease check, each exactly as read
    *   4. a retry that lost its row to someone else since the read goes round again from 1
@@ -137,10 +164,12 @@ export class PostgresEffectLedger implements EffectLedger {
   async reserveMany(
     claim: Claim,
     keyHashes: readonly string[],
-    options: ReserveOptions,
+    options: ReserveManyOptions,
   ): Promise<ReserveOutcome[]> {
     claim = checkedClaim(claim);
     for (const keyHash of keyHashes) assertKeyHash(keyHash);
+    const seqOf = sequenceNumbers(keyHashes, options.seqs);
+    const seqsOf = (keys: readonly string[]) => keys.map((keyHash) => seqOf.get(keyHash) ?? null);
     const outcomes = new Map<string, ReserveOutcome>();
     // Sorted, so overlapping batches lock their rows in one order and cannot deadlock.
     let pending = [...new Set(keyHashes)].sort();
@@ -156,6 +185,7 @@ export class PostgresEffectLedger implements EffectLedger {
         this.#checkLeaseEnd,
         pending,
         new Date(options.now),
+        seqsOf(pending),
         ...shardParam(claim.slot),
       ]);
       if (!batch[0]?.lease_held) {
@@ -176,13 +206,18 @@ export class PostgresEffectLedger implements EffectLedger {
           pending.push(keyHash);
           continue;
         }
-        const decided = reserveOutcomeOfConflict(toRecord(row), claim, options);
+        const seq = seqOf.get(keyHash);
+        const decided = reserveOutcomeOfConflict(toRecord(row), claim, {
+          rerunInDoubt: options.rerunInDoubt,
+          now: options.now,
+          ...(seq !== undefined ? { seq } : {}),
+        });
         if (decided.kind === 'take-over') replacements.push({ seen: decided.current, rerun: true });
         else if (decided.kind === 'retry') replacements.push({ seen: decided.current, rerun: false });
         else outcomes.set(keyHash, decided);
       }
       if (replacements.length > 0) {
-        pending.push(...(await this.#replace(claim, replacements, outcomes, options.now)));
+        pending.push(...(await this.#replace(claim, replacements, outcomes, options.now, seqsOf)));
       }
       pending.sort();
     }
@@ -222,34 +257,44 @@ export class PostgresEffectLedger implements EffectLedger {
   }
 
   async read(slot: Slot, keyHash: string): Promise<EffectRecord | undefined> {
-    slot = canonicalSlot(slot);
+    const window = windowSlot(canonicalSlot(slot));
     assertKeyHash(keyHash);
-    const row = (await this.#readRows(slot, [keyHash])).get(keyHash);
-    return row ? toRecord(row) : undefined;
+    return (await this.#readAsTheyStand(window, [keyHash])).get(keyHash);
   }
 
+  /*
+   * Each page as it stands (effectiveInWindow): the window's done marks are read once, when the
+   * first reservation they could cover comes up (none for a window no run has marked by number),
+   * after the page that holds it. Marks only ever cover more, so a row is never judged by marks
+   * older than itself; a later page's rows may be newer than the marks, and a reservation that
+   * marks written since would cover reads RESERVED, as it did a moment before.
+   */
   async *list(slot: Slot): AsyncIterable<EffectRecord> {
-    slot = canonicalSlot(slot);
+    const window = windowSlot(canonicalSlot(slot));
+    let marks: WindowDoneMarks | undefined;
     let after = '';
     for (;;) {
       let rows: EffectRow[];
       try {
         rows = await this.#executor.read<EffectRow>(this.#sql.listEffects, [
-          slot.jobId,
-          slot.window,
+          window.jobId,
+          window.window,
           after,
           PAGE,
         ]);
       } catch (error) {
-        throw translateError('list', describeSlot(slot), this.#schema, error);
+        throw translateError('list', describeSlot(window), this.#schema, error);
       }
-      for (const row of rows) yield toRecord(row);
+      const records = rows.map(toRecord);
+      if (marks === undefined && records.some(coverable)) marks = await this.#doneMarks(window, null);
+      for (const record of records) yield marks ? effectiveInWindow(record, marks) : record;
       if (rows.length < PAGE) return;
       after = rows[rows.length - 1]!.key_hash;
     }
   }
 
-  // Timeline: sql.recordProviderWord; a miss is explained by the row as it is now.
+  // Timeline: sql.recordProviderWord; a miss is explained by the row as it stands now (DONE, also
+  // when done marks cover it: `done`).
   async recordProviderWord(slot: Slot, keyHash: string, word: ProviderWord): Promise<ProviderWordOutcome> {
     const window = windowSlot(canonicalSlot(slot));
     assertKeyHash(keyHash);
@@ -262,11 +307,12 @@ export class PostgresEffectLedger implements EffectLedger {
       storableText(word.messageId, MAX_PROVIDER_TEXT),
     ]);
     if (written) return 'recorded';
-    const current = (await this.#readRows(window, [keyHash])).get(keyHash);
-    return providerWordOutcomeOfConflict(current && toRecord(current), word);
+    const current = (await this.#readAsTheyStand(window, [keyHash])).get(keyHash);
+    return providerWordOutcomeOfConflict(current, word);
   }
 
-  // Timeline: sql.settleInDoubtDone and settleInDoubtRetry.
+  // Timeline: sql.settleInDoubtDone and settleInDoubtRetry; a reservation done marks cover is not
+  // in doubt, and neither statement settles it (false).
   async settleInDoubt(slot: Slot, stale: EffectRecord, to: 'done' | 'retry', now: number): Promise<boolean> {
     const window = windowSlot(canonicalSlot(slot));
     assertKeyHash(stale.keyHash);
@@ -301,6 +347,7 @@ export class PostgresEffectLedger implements EffectLedger {
     replacements: readonly Replacement[],
     outcomes: Map<string, ReserveOutcome>,
     now: number,
+    seqsOf: (keys: readonly string[]) => (number | null)[],
   ): Promise<string[]> {
     const seen = replacements.map((r) => r.seen);
     const [row] = await this.#query<ReplaceRow>('reserve', claim, this.#rowsOf(claim).replaceEffects, [
@@ -311,6 +358,7 @@ export class PostgresEffectLedger implements EffectLedger {
       seen.map((r) => r.owner),
       seen.map((r) => r.attempts),
       new Date(now),
+      seqsOf(seen.map((r) => r.keyHash)),
       ...shardParam(claim.slot),
     ]);
     if (!row?.lease_held) {
@@ -331,15 +379,16 @@ export class PostgresEffectLedger implements EffectLedger {
       else retryAgain.push(before.keyHash);
     }
     if (lostReruns.length === 0) return retryAgain;
-    const current = await this.#readRows(
-      claim.slot,
+    const current = await this.#readAsTheyStand(
+      windowSlot(claim.slot),
       lostReruns.map((r) => r.keyHash),
       claim,
     );
     for (const stale of lostReruns) {
       const now = current.get(stale.keyHash);
-      if (now?.state === EffectState.Done) outcomes.set(stale.keyHash, { kind: 'done' });
-      else if (now && now.owner === claim.owner && now.epoch === claim.epoch) {
+      if (now?.state === EffectState.Done || (now && coveredByMarks(now, claim.window.doneMarks))) {
+        outcomes.set(stale.keyHash, { kind: 'done' });
+      } else if (now && now.owner === claim.owner && now.epoch === claim.epoch) {
         outcomes.set(stale.keyHash, { kind: 'reserved', rerun: true, attempt: now.attempts + 1 });
       } else outcomes.set(stale.keyHash, { kind: 'in-doubt', epoch: now?.epoch ?? stale.epoch });
     }
@@ -350,6 +399,43 @@ export class PostgresEffectLedger implements EffectLedger {
   async #fenceAll(claim: Claim, keys: readonly string[], outcomes: Map<string, ReserveOutcome>) {
     const epoch = (await this.#claims.currentEpoch(claim.slot)) ?? claim.epoch;
     for (const keyHash of keys) outcomes.set(keyHash, { kind: 'fenced', epoch });
+  }
+
+  /**
+   * Effect records as they stand (effectiveInWindow): a reservation the done marks of its slot row
+   * cover reads DONE. The marks are read after the rows, and only those of the rows' own slot rows,
+   * only when a row could be covered: one statement in the common case.
+   */
+  async #readAsTheyStand(
+    window: Slot,
+    keyHashes: readonly string[],
+    claim?: Claim,
+  ): Promise<Map<string, EffectRecord>> {
+    const records = [...(await this.#readRows(window, keyHashes, claim)).values()].map(toRecord);
+    const candidates = records.filter(coverable);
+    if (candidates.length === 0) return new Map(records.map((record) => [record.keyHash, record]));
+    const shards = [...new Set(candidates.flatMap((record) => record.shard ?? []))];
+    const marks = await this.#doneMarks(window, shards);
+    return new Map(records.map((record) => [record.keyHash, effectiveInWindow(record, marks)]));
+  }
+
+  /**
+   * The done marks of a window's slot rows (sql.readDoneMarks): its own row's, and those of the
+   * shards named (null: every shard's).
+   */
+  async #doneMarks(window: Slot, shards: readonly number[] | null): Promise<WindowDoneMarks> {
+    let rows: { shard: number | null; done_marks: string }[];
+    try {
+      rows = await this.#executor.read(this.#sql.readDoneMarks, [window.jobId, window.window, shards]);
+    } catch (error) {
+      throw translateError('read', describeSlot(window), this.#schema, error);
+    }
+    return new Map<number | undefined, DoneMarks>(
+      rows.flatMap((row) => {
+        const marks = doneMarksOf(row.done_marks);
+        return marks ? [[row.shard ?? undefined, marks] as const] : [];
+      }),
+    );
   }
 
   async #readRows(slot: Slot, keyHashes: readonly string[], claim?: Claim): Promise<Map<string, EffectRow>> {
@@ -416,7 +502,40 @@ export function toRecord(row: EffectRow): EffectRecord {
     ...(row.shard !== null ? { shard: row.shard } : {}),
     reservedAt: row.reserved_at.getTime(),
     ...(row.provider_outcome !== null ? { provider: providerWordOf(row, row.provider_outcome) } : {}),
+    ...(row.seq !== null ? { seq: Number(row.seq) } : {}),
   };
+}
+
+/** Whether done marks could cover a record: a reservation made under a sequence number. */
+const coverable = (record: EffectRecord) => record.state === EffectState.Reserved && record.seq !== undefined;
+
+/**
+ * Each key's sequence number, as reserveMany's options give them (the first, for a key given
+ * twice), checked: a whole number from 0, as a run numbers its reservations.
+ */
+function sequenceNumbers(
+  keyHashes: readonly string[],
+  seqs: readonly number[] | undefined,
+): ReadonlyMap<string, number> {
+  const numbered = new Map<string, number>();
+  if (seqs === undefined) return numbered;
+  if (seqs.length !== keyHashes.length) {
+    throw new ConfigurationError(
+      'seqs',
+      `reserveMany was given ${seqs.length} sequence numbers for ${keyHashes.length} keys; pass one per key, in the keys' order`,
+    );
+  }
+  keyHashes.forEach((keyHash, i) => {
+    const seq = seqs[i];
+    if (!Number.isSafeInteger(seq) || (seq as number) < 0) {
+      throw new ConfigurationError(
+        'seq',
+        `reservation of effect ${keyHash} was given ${describe(seq)} as its sequence number; a run numbers its reservations 0, 1, 2…`,
+      );
+    }
+    if (!numbered.has(keyHash)) numbered.set(keyHash, seq as number);
+  });
+  return numbered;
 }
 
 /** The word on a row; its epoch is the row's, as a word is only ever written on its epoch's row. */

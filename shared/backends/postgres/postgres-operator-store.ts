@@ -1,5 +1,6 @@
 import type { Pool } from 'pg';
 import { ConfigurationError, StoreError } from '../../errors.js';
+import { effectiveInWindow, type WindowDoneMarks } from '../../slot/done-marks.js';
 import type {
   EffectResolution,
   OperatorRequest,
@@ -11,11 +12,17 @@ import type {
   ReleaseRequest,
   ResolveEffectOutcome,
 } from '../../slot/operator-ports.js';
-import { type EffectRecord, EffectState, SlotState } from '../../slot/ports.js';
+import { type DoneMarks, type EffectRecord, EffectState, SlotState } from '../../slot/ports.js';
 import { canonicalSlot, type Slot } from '../../slot/slot.js';
 import { summaryWithEffectDone } from '../../slot/window-summary.js';
 import { DEFAULT_SCHEMA } from './postgres-backend.js';
-import { assertLeaseClock, type LeaseClock, type SlotRow, toRecord } from './postgres-claim-store.js';
+import {
+  assertLeaseClock,
+  doneMarksOf,
+  type LeaseClock,
+  type SlotRow,
+  toRecord,
+} from './postgres-claim-store.js';
 import { type EffectRow, toRecord as toEffectRecord } from './postgres-effect-ledger.js';
 import { translateError } from './postgres-errors.js';
 import {
@@ -32,7 +39,7 @@ export interface PostgresOperatorStoreOptions {
   /** The pool statements run on: createPostgresPool's, or your own. */
   readonly pool: Pool;
   /**
-   * The schema holding slotguard's tables, migrated to SCHEMA_VERSION 4 or later.
+   * The schema holding slotguard's tables, migrated to SCHEMA_VERSION 5 or later.
    * @default 'slotguard'
    */
   readonly schema?: string;
@@ -83,8 +90,10 @@ type Refusal = Extract<OperatorWriteOutcome, { kind: 'absent' | 'refused' }>;
  * FAILED effects and gives it back in the same transaction. Every write that gives a slot back
  * resets its failures and runs without progress, drops its retry wait and takes the request's
  * deadline; a reopen and a re-drive also drop its checkpoint, so the next run walks the job again.
+ * None of them touches the window's done marks, by which the reservations they cover read DONE.
  * A FAILED effect is not in doubt (it was refused before it was performed): resolveEffect answers
- * it effect-not-in-doubt, and a re-drive is what clears it.
+ * it effect-not-in-doubt, and a re-drive is what clears it. So it answers a reservation the done
+ * marks of its slot row cover (performed), read under that row's lock.
  *
  * A sharded window is operated on as a whole: every write names the window, and one that names a
  * shard is refused with a ConfigurationError that says so. A write that gives a sharded window back
@@ -192,7 +201,10 @@ export class PostgresOperatorStore implements OperatorStore {
       if (shards.live) return { ...shards.live, cleared: [] };
       if (named) {
         const rows = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, named]);
-        const found = new Map(rows.map((row) => [row.key_hash, toEffectRecord(row)]));
+        const marks = windowDoneMarks(guarded, shards.rows.values());
+        const found = new Map(
+          rows.map((row) => [row.key_hash, effectiveInWindow(toEffectRecord(row), marks)]),
+        );
         const notFailed = named
           .map((keyHash) => ({ keyHash, current: found.get(keyHash) }))
           .filter(({ current }) => current?.state !== EffectState.Failed);
@@ -263,13 +275,16 @@ export class PostgresOperatorStore implements OperatorStore {
       // What the operator resolved: a reservation (also when this is our own mark, committed by a
       // try whose reply was lost, and the row already reads DONE).
       const before: EffectRecord = { ...toEffectRecord(row), state: EffectState.Reserved };
+      // The effect as it stands: a reservation its run's done marks cover was performed. The rows
+      // the marks are on are locked above, so no checkpoint changes them meanwhile.
+      const current = effectiveInWindow(toEffectRecord(row), windowDoneMarks(guarded, shards.rows.values()));
       // Only a reservation is in doubt: DONE happened, FAILED was refused before it was performed.
-      if (row.state !== EffectState.Reserved) {
+      if (current.state !== EffectState.Reserved) {
         // Our own mark, committed by a try whose reply was lost: the goal state counts.
         const ours = resolution === 'done' && row.operator_action === effectAction;
         return ours
           ? { kind: 'resolved', resolution, before, slotReopened: false }
-          : { kind: 'effect-not-in-doubt', current: toEffectRecord(row) };
+          : { kind: 'effect-not-in-doubt', current };
       }
 
       const reservation = [...key, row.epoch, row.owner];
@@ -465,6 +480,21 @@ function windowOnly(slot: Slot, operation: string): Slot {
     );
   }
   return slot;
+}
+
+/**
+ * The done marks of a window's slot rows as an operator's write locked them: the window's own, and
+ * its shards' (none for a window that is not split), by shard as effectiveInWindow reads them.
+ */
+function windowDoneMarks(window: SlotRow, shards: Iterable<ShardRow>): WindowDoneMarks {
+  const marks = new Map<number | undefined, DoneMarks>();
+  const own = doneMarksOf(window.done_marks);
+  if (own) marks.set(undefined, own);
+  for (const shard of shards) {
+    const theirs = doneMarksOf(shard.done_marks);
+    if (theirs) marks.set(shard.shard, theirs);
+  }
+  return marks;
 }
 
 /** Whether a window's row says it is split into shards (rows of older builds are not). */

@@ -34,8 +34,10 @@ export { assertSchemaName, SCHEMA_NAME_PATTERN } from './postgres-settings.js';
  *    `send_rates`, each job's send-rate timeline (SharedRateLimiter); and the provider's word on
  *    effects (`provider_outcome`, `provider_event`, `provider_at`, `provider_message_id`), with
  *    `reserved_at` now the reserving run's clock (it was the database's).
+ * 5: done marks: `done_marks` on slots and shard_slots (every epoch's, written with a run's
+ *    checkpoint), and `seq` on effects (the reserving run's number for it, which the marks cover).
  */
-export const SCHEMA_VERSION = 4;
+export const SCHEMA_VERSION = 5;
 
 /**
  * The advisory-lock key that serialises concurrent migrations (of any schema): a fixed constant,
@@ -48,18 +50,46 @@ const now = (param: string) => `COALESCE(${param}::timestamptz, clock_timestamp(
 
 /**
  * The slot columns `read` and every conflict explanation decode (see SlotRow in the claim store):
- * every slot row has them, a window's (`slots`) and a shard's (`shard_slots`).
+ * every slot row has them, a window's (`slots`) and a shard's (`shard_slots`). The done marks come
+ * as text, for parseDoneMarks to check as every backend does.
  */
 const SLOT_COLUMNS = `state, owner, epoch, lease_until, attempts, failures, max_attempts, claimed_at,
   execution_id, attempt_number, invocation_id, backfilled, summary, last_error, completed_at, expires_at,
-  deadline, checkpoint, progress, runs_without_progress, resume_after, key_version`;
+  deadline, checkpoint, progress, runs_without_progress, resume_after, key_version,
+  done_marks::text AS done_marks`;
 
 /** A window's row adds its split: how many shards, and which have reached their end. */
 const WINDOW_COLUMNS = `${SLOT_COLUMNS}, shards, finished_shards`;
 
 /** The effect columns every read decodes (see EffectRow in the ledger). */
 const EFFECT_COLUMNS = `key_hash, state, epoch, owner, attempts, retry_at, reason, shard, reserved_at,
-  provider_outcome, provider_event, provider_at, provider_message_id`;
+  provider_outcome, provider_event, provider_at, provider_message_id, seq`;
+
+/**
+ * The done marks (jsonb) of the slot row that reserved effect row `e`: the window's own row, or for
+ * a shard's reservation that shard's row (done marks are a slot row's own, as epochs are).
+ */
+const doneMarksOfRow = (schema: string, e: string) => `CASE WHEN ${e}.shard IS NULL
+          THEN (SELECT w.done_marks FROM ${schema}.slots AS w
+                WHERE w.job_id = ${e}.job_id AND w.slot_window = ${e}.slot_window)
+          ELSE (SELECT w.done_marks FROM ${schema}.shard_slots AS w
+                WHERE w.job_id = ${e}.job_id AND w.slot_window = ${e}.slot_window AND w.shard = ${e}.shard)
+        END`;
+
+/**
+ * True when effect row `e` is a reservation the done marks `marks` (a jsonb expression) cover:
+ * coveredByMarks (shared/slot/done-marks.ts) spelled in SQL, for a write that must not touch a
+ * covered reservation to check it in its own statement. RESERVED, with a sequence number below its
+ * epoch's `below` and not among its `open`; a NULL anywhere (no marks, none of its epoch, no number)
+ * covers nothing, as there. Exported so a test can hold the two to the same answers.
+ */
+export const coveredByMarksSql = (marks: string, e: string) => `EXISTS (
+          SELECT 1 FROM (SELECT (${marks}) -> ${e}.epoch::text AS mine) AS m
+          WHERE ${e}.state = 'RESERVED' AND ${e}.seq < (m.mine ->> 'below')::bigint
+            AND NOT (m.mine -> 'open') @> to_jsonb(${e}.seq))`;
+
+/** The condition of a write that leaves alone a reservation its slot row's done marks cover. */
+const notCovered = (schema: string, e: string) => `NOT ${coveredByMarksSql(doneMarksOfRow(schema, e), e)}`;
 
 /** The SET list that drops an effect row's provider's word (see recordProviderWord). */
 const NO_PROVIDER_WORD =
@@ -209,11 +239,12 @@ function slotRowStatements(schema: string, kind: SlotRowKind) {
      * The epoch is `epoch + 1` inside the same statement, so it grows by exactly one per grant. The
      * row's previous owner and state are kept on it, to name the previous holder and tell a
      * takeover (RUNNING) from a retry (RELEASED). What the claim hands its run (the window's
-     * deadline, checkpoint, runs without progress, key version and split) is returned as the row it
-     * replaced had it: the update keeps those (the deadline, key version and split only fill in
-     * where an older row has none), so RETURNING them returns the old values. It drops the last
-     * holder's `progress` and any `resume_after`. A conflict that does not pass WHERE still leaves
-     * the row locked by this transaction, so the read that explains it sees it unchanged.
+     * deadline, checkpoint, runs without progress, key version, split and done marks) is returned
+     * as the row it replaced had it: the update keeps those (the deadline, key version and split
+     * only fill in where an older row has none; the done marks it never writes), so RETURNING them
+     * returns the old values. It drops the last holder's `progress` and any `resume_after`. A
+     * conflict that does not pass WHERE still leaves the row locked by this transaction, so the
+     * read that explains it sees it unchanged.
      * `now` is read once (the first CTE) and is both the lease start and, on the database clock,
      * the expiry test: a statement that waited for a lock judges expiry by an instant no later than
      * the one it acts at, which can only make it see a lease as live for longer.
@@ -250,7 +281,7 @@ function slotRowStatements(schema: string, kind: SlotRowKind) {
       WHERE (s.state = 'RUNNING' AND s.lease_until < COALESCE($14::timestamptz, EXCLUDED.claimed_at))
         OR (s.state = 'RELEASED' AND (s.resume_after IS NULL OR s.resume_after <= EXCLUDED.claimer_clock))
       RETURNING s.epoch, s.lease_until, s.previous_owner, s.previous_state, s.deadline, s.checkpoint,
-        s.runs_without_progress, s.key_version${shard ? '' : ', s.shards'}`,
+        s.runs_without_progress, s.key_version, s.done_marks::text AS done_marks${shard ? '' : ', s.shards'}`,
 
     /*
      * Timeline of a renewal: only the holder of this exact grant extends its lease.
@@ -264,14 +295,21 @@ function slotRowStatements(schema: string, kind: SlotRowKind) {
       RETURNING lease_until`,
 
     /*
-     * Timeline of a checkpoint: the holder records where its walk stands and its counts so far.
-     *   A (epoch 1, RUNNING) checkpoints                                  → ok
-     *   A after a takeover by B: no row; the read shows B, epoch 2         → fenced
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 checkpoint (JSON), $6 progress (JSON), $7 shard.
+     * Timeline of a checkpoint: the holder records where its walk stands, its counts so far and,
+     * when it gives them, the slot's done marks (every epoch's: those its claim was handed, and its
+     * own).
+     *   A (epoch 1, RUNNING) checkpoints with marks {1: below 40, open [7]} → ok; marks replaced
+     *   A checkpoints without marks                                         → ok; marks kept
+     *   A after a takeover by B: no row, marks untouched; the read shows B  → fenced
+     * Only this statement writes done_marks: no claim, release, completion or operator's write
+     * clears them, since a reservation they cover reads DONE only through them.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 checkpoint (JSON), $6 progress (JSON),
+     * $7 done marks (JSON) or NULL to keep them, $8 shard.
      */
     checkpointSlot: `
-      UPDATE ${table} SET checkpoint = $5::jsonb, progress = $6::jsonb
-      WHERE ${key(7)} AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
+      UPDATE ${table} SET checkpoint = $5::jsonb, progress = $6::jsonb,
+        done_marks = COALESCE($7::jsonb, done_marks)
+      WHERE ${key(8)} AND owner = $3 AND epoch = $4 AND state = 'RUNNING'
       RETURNING epoch`,
 
     /*
@@ -329,19 +367,19 @@ function slotRowStatements(schema: string, kind: SlotRowKind) {
      * in step 1 and inserts nothing. Keys are inserted in the caller's (sorted) order, so two
      * batches that overlap lock their rows in the same order and cannot deadlock. `reserved_at` is
      * the caller's clock, as every instant it later compares with its own clock (an in-doubt
-     * effect's grace period runs from it).
+     * effect's grace period runs from it). Each key's sequence number (NULL: none) is stored with
+     * it, for the run's done marks to cover.
      * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes, $7 reserved at,
-     * $8 shard.
+     * $8 their sequence numbers (one per key, NULL elements for none), $9 shard.
      */
     reserveEffects: `
-      WITH ${leaseHeld(8)},
+      WITH ${leaseHeld(9)},
       inserted AS (
-        INSERT INTO ${schema}.effects (job_id, slot_window, key_hash, state, epoch, owner, reserved_at, expires_at${
-          shard ? ', shard' : ''
-        })
+        INSERT INTO ${schema}.effects (job_id, slot_window, key_hash, state, epoch, owner, reserved_at, expires_at,
+          seq${shard ? ', shard' : ''})
         SELECT $1::text, $2::text, k.key_hash, 'RESERVED', $4::integer, $3::text, $7::timestamptz,
-          (SELECT expires_at FROM lease)${shard ? ', $8::integer' : ''}
-        FROM unnest($6::text[]) WITH ORDINALITY AS k(key_hash, n)
+          (SELECT expires_at FROM lease), k.seq${shard ? ', $9::integer' : ''}
+        FROM unnest($6::text[], $8::bigint[]) WITH ORDINALITY AS k(key_hash, seq, n)
         WHERE EXISTS (SELECT 1 FROM lease)
         ORDER BY k.n
         ON CONFLICT (job_id, slot_window, key_hash) DO NOTHING
@@ -360,22 +398,25 @@ function slotRowStatements(schema: string, kind: SlotRowKind) {
      * concurrent retries of one refusal exactly one wins; the caller reads the rest again. Only rows
      * its own shard wrote reach here (reserveOutcomeOfConflict answers another shard's `elsewhere`),
      * and a row still as read, owner token and all, is still that shard's. The provider's word on
-     * the row was about the reservation replaced, so it goes with it.
+     * the row was about the reservation replaced, so it goes with it, and so does its sequence
+     * number: the new one is this run's. A reservation its epoch's done marks cover was performed:
+     * the caller decided so from its claim's marks already, and the statement checks it against
+     * the stored ones too, so no reading of them re-runs it.
      * $1 job, $2 window, $3 owner, $4 epoch, $5 check the lease end, $6 key hashes, and as read:
      * $7 their states, $8 epochs, $9 owners, $10 attempts; $11 reserved at (the caller's clock);
-     * $12 shard.
+     * $12 their new sequence numbers (NULL elements for none); $13 shard.
      */
     replaceEffects: `
-      WITH ${leaseHeld(12)},
+      WITH ${leaseHeld(13)},
       replaced AS (
         UPDATE ${schema}.effects AS e SET state = 'RESERVED', epoch = $4, owner = $3, reserved_at = $11::timestamptz,
-          retry_at = NULL, reason = NULL, ${NO_PROVIDER_WORD}
-        FROM unnest($6::text[], $7::text[], $8::integer[], $9::text[], $10::integer[])
-          AS seen(key_hash, state, epoch, owner, attempts)
+          retry_at = NULL, reason = NULL, ${NO_PROVIDER_WORD}, seq = seen.seq
+        FROM unnest($6::text[], $7::text[], $8::integer[], $9::text[], $10::integer[], $12::bigint[])
+          AS seen(key_hash, state, epoch, owner, attempts, seq)
         WHERE EXISTS (SELECT 1 FROM lease)
           AND e.job_id = $1 AND e.slot_window = $2 AND e.key_hash = seen.key_hash
           AND e.state = seen.state AND e.epoch = seen.epoch AND e.owner = seen.owner
-          AND e.attempts = seen.attempts
+          AND e.attempts = seen.attempts AND ${notCovered(schema, 'e')}
         RETURNING e.key_hash
       )
       SELECT EXISTS (SELECT 1 FROM lease) AS lease_held, ARRAY(SELECT key_hash FROM replaced) AS replaced`,
@@ -457,6 +498,19 @@ export function sqlFor(schema: string) {
       WHERE job_id = $1 AND slot_window = $2 AND state = 'SHARDED'
       RETURNING state`,
 
+    /**
+     * The done marks of a window's slot rows, as text, by shard: its own row's (shard NULL) and its
+     * shards' rows' among `$3` (NULL: every shard's). What reads an effect as it stands applies them
+     * (effectiveInWindow). $1 job, $2 window, $3 shards or NULL.
+     */
+    readDoneMarks: `
+      SELECT NULL::integer AS shard, done_marks::text AS done_marks FROM ${slots}
+      WHERE job_id = $1 AND slot_window = $2 AND done_marks IS NOT NULL
+      UNION ALL
+      SELECT shard, done_marks::text FROM ${shardSlots}
+      WHERE job_id = $1 AND slot_window = $2 AND done_marks IS NOT NULL
+        AND ($3::integer[] IS NULL OR shard = ANY($3::integer[]))`,
+
     /** The effect rows of some keys. $1 job, $2 window, $3 key hashes. */
     readEffects: `
       SELECT ${EFFECT_COLUMNS} FROM ${effects}
@@ -501,15 +555,20 @@ export function sqlFor(schema: string) {
      *   an acceptance on record, a rejection arrives                             → no row: kept
      *   the same word again (SES delivers events at least once)                  → no row
      *   DONE, another epoch's reservation (re-run since), or no row at all       → no row
-     * The adapter explains a miss by reading the row. No lease check: whoever records the word holds
-     * no lease, and the word changes nothing a holder decides by (state, epoch, owner, attempts).
+     *   a reservation its epoch's done marks cover (DONE as it stands)           → no row
+     * The adapter explains a miss by reading the row as it stands. No lease check: whoever records
+     * the word holds no lease, and the word changes nothing a holder decides by (state, epoch,
+     * owner, attempts). The marks are checked in the statement: a run's checkpoint that covers the
+     * reservation commits before it (and the word is not written) or after (and the word was
+     * written on a reservation still in doubt).
      * $1 job, $2 window, $3 key, $4 the word's epoch, $5 outcome, $6 event, $7 at, $8 message id or NULL.
      */
     recordProviderWord: `
-      UPDATE ${effects} SET provider_outcome = $5::text, provider_event = $6::text,
+      UPDATE ${effects} AS e SET provider_outcome = $5::text, provider_event = $6::text,
         provider_at = $7::timestamptz, provider_message_id = $8::text
       WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3 AND epoch = $4 AND state <> 'DONE'
         AND (provider_outcome IS NULL OR ($5::text = 'accepted' AND provider_outcome = 'rejected'))
+        AND ${notCovered(s, 'e')}
       RETURNING key_hash`,
 
     /*
@@ -518,22 +577,26 @@ export function sqlFor(schema: string) {
      *   t1  this UPDATE, only if the row is still exactly that reservation → DONE (the provider
      *       accepted the message), or FAILED due at once (it did not: the window's retry pass sends it)
      *   a row re-run, marked or settled by someone else since t0: no row, and the caller is told
+     *   a reservation its epoch's done marks cover: it was performed, not in doubt  → no row
      * No lease check: the settler may hold none (an operator), and the row it settles belongs to a
      * dead epoch, whose holder the condition fences as exactly as a lease would. Shard and word stay.
      * $1 job, $2 window, $3 key, $4 reservation epoch, $5 reservation owner.
      */
     settleInDoubtDone: `
-      UPDATE ${effects} SET state = 'DONE', done_at = now()
+      UPDATE ${effects} AS e SET state = 'DONE', done_at = now()
       WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3
-        AND state = 'RESERVED' AND epoch = $4 AND owner = $5
+        AND state = 'RESERVED' AND epoch = $4 AND owner = $5 AND ${notCovered(s, 'e')}
       RETURNING key_hash`,
 
-    /** As settleInDoubtDone, to FAILED: $6 attempts (the reservation's + 1), $7 retry at (now). */
+    /**
+     * As settleInDoubtDone, to FAILED: $6 attempts (the reservation's + 1), $7 retry at (now). Never
+     * a covered reservation: the retry would perform it a second time.
+     */
     settleInDoubtRetry: `
-      UPDATE ${effects} SET state = 'FAILED', attempts = $6::integer, retry_at = $7::timestamptz,
+      UPDATE ${effects} AS e SET state = 'FAILED', attempts = $6::integer, retry_at = $7::timestamptz,
         reason = 'not-accepted'
       WHERE job_id = $1 AND slot_window = $2 AND key_hash = $3
-        AND state = 'RESERVED' AND epoch = $4 AND owner = $5
+        AND state = 'RESERVED' AND epoch = $4 AND owner = $5 AND ${notCovered(s, 'e')}
       RETURNING key_hash`,
 
     /*
@@ -835,6 +898,12 @@ export function sqlFor(schema: string) {
         PRIMARY KEY (job_id, slot_window, shard)
       )`,
       `CREATE INDEX IF NOT EXISTS shard_slots_expires_at ON ${shardSlots} (expires_at)`,
+      // Version 5, the same way: done marks on both kinds of slot row, and the sequence number they
+      // cover on effects (all nullable: catalog changes, no rewrite). Rows written before read as
+      // they did: no marks, and reservations without a number, which no marks cover.
+      `ALTER TABLE ${slots} ADD COLUMN IF NOT EXISTS done_marks jsonb`,
+      `ALTER TABLE ${shardSlots} ADD COLUMN IF NOT EXISTS done_marks jsonb`,
+      `ALTER TABLE ${effects} ADD COLUMN IF NOT EXISTS seq bigint`,
       // The state CHECKs of older tables widened (versions 3 and 4: slots gains SHARDED here).
       widenStateCheck(slots, 'slots_state_check', slotStates),
       widenStateCheck(effects, 'effects_state_check', effectStates),
