@@ -3,6 +3,7 @@ import { RunMarks } from '../../shared/effects/run-marks.js';
 import { StoreError } from '../../shared/errors.js';
 import { Checkpointer } from '../../shared/job/checkpointer.js';
 import type { Claim, ClaimStore, DoneMarks, FinishOutcome } from '../../shared/slot/ports.js';
+import { runSummary } from '../contract/backend-contract.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 
 const claim: Claim = {
@@ -13,16 +14,7 @@ const claim: Claim = {
   via: 'new',
   window: { deadline: 0, runsWithoutProgress: 0, doneMarks: { '1': { below: 7, open: [3] } } },
 };
-const progress = () => ({
-  done: 0,
-  skipped: 0,
-  inDoubt: 0,
-  failed: 0,
-  retrying: 0,
-  inDoubtKeys: [],
-  failedKeys: [],
-  epoch: 2,
-});
+const progress = () => runSummary(2, 0);
 
 /** A claim store whose checkpoint answers, in turn, what `answers` say; every other call is unused. */
 function checkpointStore(answers: (FinishOutcome | 'store-error')[]) {
