@@ -1,6 +1,6 @@
 import { StoreError } from '../../errors.js';
 import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
-import { effectiveInWindow, parseDoneMarks, type WindowDoneMarks } from '../../slot/done-marks.js';
+import { effectiveInWindow, type WindowDoneMarks } from '../../slot/done-marks.js';
 import type {
   Claim,
   EffectFailure,
@@ -11,7 +11,7 @@ import type {
   ReserveOptions,
   ReserveOutcome,
 } from '../../slot/ports.js';
-import { type DoneMarks, EffectState } from '../../slot/ports.js';
+import { EffectState } from '../../slot/ports.js';
 import { canonicalClaim, canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
 import type { Condition, EffectItem, MemoryTable, StoreOperation, WriteResult } from './memory-table.js';
 import type { MemoryRequest, MemoryTransport } from './memory-transport.js';
@@ -162,16 +162,8 @@ export class MemoryEffectLedger implements EffectLedger {
   }
 
   /** The done marks of the window's slot records, as one query of the window's partition reads them. */
-  async #marks(slot: Slot): Promise<WindowDoneMarks> {
-    const items = await this.#send({ operation: 'read', slot: windowSlot(slot) }, () =>
-      this.#table.windowSlots(slot),
-    );
-    const marks = new Map<number | undefined, DoneMarks>();
-    for (const [shard, item] of items) {
-      const parsed = parseDoneMarks(item.doneMarks);
-      if (parsed) marks.set(shard, parsed);
-    }
-    return marks;
+  #marks(slot: Slot): Promise<WindowDoneMarks> {
+    return this.#send({ operation: 'read', slot: windowSlot(slot) }, () => this.#table.windowDoneMarks(slot));
   }
 
   /** The opt-in re-run of an in-doubt effect: replace that exact stale reservation, or lose the race. */

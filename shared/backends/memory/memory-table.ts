@@ -155,7 +155,7 @@ export class MemoryTable {
   }
 
   /** The slot items of a window (its own and its shards'), as one DynamoDB query of its partition reads them. */
-  windowSlots(slot: Slot): [number | undefined, SlotItem][] {
+  #windowSlots(slot: Slot): [number | undefined, SlotItem][] {
     const found: [number | undefined, SlotItem][] = [];
     const prefix = `${windowKey(slot)}/`;
     for (const [key, item] of this.#slots) {
@@ -173,7 +173,7 @@ export class MemoryTable {
   /** The done marks on a window's slot records (its own and its shards'), by shard. */
   windowDoneMarks(slot: Slot): WindowDoneMarks {
     const marks = new Map<number | undefined, DoneMarks>();
-    for (const [shard, item] of this.windowSlots(slot)) {
+    for (const [shard, item] of this.#windowSlots(slot)) {
       const parsed = parseDoneMarks(item.doneMarks);
       if (parsed) marks.set(shard, parsed);
     }
