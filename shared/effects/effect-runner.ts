@@ -27,6 +27,12 @@ export type EffectResult =
 /** What a reservation came to, as the step that performs its effect (or reports why it will not). */
 export type EffectStep = (perform: (signal: AbortSignal) => Promise<void>) => Promise<EffectResult>;
 
+/** The step of an effect whose outcome is already known: it performs nothing. */
+export function settledStep(result: EffectResult | Promise<EffectResult>): EffectStep {
+  const settled = Promise.resolve(result);
+  return () => settled;
+}
+
 /** What to do with an effect an earlier epoch reserved and never marked done. */
 export const InDoubtPolicy = {
   /** Report it and leave it (the default: an email may already have gone). */
@@ -201,24 +207,20 @@ export class EffectRunner {
    * stays in doubt.
    */
   async reserveHashed(keyHash: string | undefined): Promise<EffectStep> {
-    const now = (result: EffectResult | Promise<EffectResult>): EffectStep => {
-      const settled = Promise.resolve(result);
-      return () => settled;
-    };
     if (this.#closed || this.stopping()) {
       this.#notAttempted++;
-      return now('stopped');
+      return settledStep('stopped');
     }
-    if (keyHash === undefined) return now(this.#invalidKey());
-    if (this.#only && !this.#only.has(keyHash)) return now('passed');
+    if (keyHash === undefined) return settledStep(this.#invalidKey());
+    if (this.#only && !this.#only.has(keyHash)) return settledStep('passed');
     if (this.#unsettled.has(keyHash)) {
       // A retry pass meeting a key this run already handled (found in doubt, or still settling):
       // counted once already, and not this pass's to retry; a later run's retry pass retries it.
-      if (this.#only) return now('passed');
+      if (this.#only) return settledStep('passed');
       // The same key again in this run: already handled here.
       this.#skipped++;
       this.#o.metrics.count(MetricName.EffectSkipped);
-      return now('skipped');
+      return settledStep('skipped');
     }
     this.#unsettled.add(keyHash);
     const seq = this.#o.marks.take();
@@ -238,7 +240,7 @@ export class EffectRunner {
       this.#stopReason ??= 'store-error';
       this.#notAttempted++;
       this.#o.onEffectError?.(keyHash, error);
-      return now('stopped');
+      return settledStep('stopped');
     }
     // A key in doubt stays remembered, so a second occurrence is not counted in doubt twice.
     if (reservation.kind !== 'reserved' && reservation.kind !== 'in-doubt') this.#unsettled.delete(keyHash);
@@ -248,23 +250,23 @@ export class EffectRunner {
       case 'done':
         this.#skipped++;
         this.#o.metrics.count(MetricName.EffectSkipped);
-        return now('skipped');
+        return settledStep('skipped');
       case 'in-doubt':
         this.#recordInDoubt(keyHash);
-        return now('in-doubt');
+        return settledStep('in-doubt');
       case 'fenced':
         this.#stopReason = 'lease-lost';
         this.#notAttempted++;
-        return now('stopped');
+        return settledStep('stopped');
       case 'retry-later':
         this.#countRetrying(reservation.retryAt);
-        return now('retrying');
+        return settledStep('retrying');
       case 'failed':
         this.#countFailed(keyHash);
-        return now('failed');
+        return settledStep('failed');
       case 'elsewhere':
         // Another shard's to perform or report: this shard passes it by, uncounted.
-        return now('passed');
+        return settledStep('passed');
       case 'reserved': {
         const { attempt } = reservation;
         return (perform) => this.#perform(keyHash, seq, attempt, perform);

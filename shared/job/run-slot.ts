@@ -6,9 +6,9 @@ import {
   DEFAULT_EFFECT_RETRY,
   type EffectRetryPolicy,
   EffectRunner,
-  type EffectStep,
   InDoubtPolicy,
   type StopReason,
+  settledStep,
 } from '../effects/effect-runner.js';
 import {
   isResumable,
@@ -1010,7 +1010,7 @@ function jobContext(run: RunState): JobContext {
 }
 
 /** The step of an effect that is not this run's (another shard's key). */
-const passedBy: EffectStep = async () => 'passed';
+const passedBy = settledStep('passed');
 
 /**
  * Drains items through the runner, one reservation ahead per worker when the run reserves ahead
