@@ -25,6 +25,18 @@ export function effectiveRecord(record: EffectRecord, marks: DoneMarks | undefin
 /** The done marks of each slot record of a window, by shard (`undefined`: the window's own record). */
 export type WindowDoneMarks = ReadonlyMap<number | undefined, DoneMarks>;
 
+/**
+ * A window's done marks from what its slot records hold, each by shard (`undefined`: the window's
+ * own record); a record that wrote none is left out.
+ */
+export function windowDoneMarksOf(
+  records: Iterable<readonly [number | undefined, DoneMarks | undefined]>,
+): WindowDoneMarks {
+  const marks = new Map<number | undefined, DoneMarks>();
+  for (const [shard, recorded] of records) if (recorded) marks.set(shard, recorded);
+  return marks;
+}
+
 /** A record as it stands under the marks of the slot record that reserved it (its shard's, if any). */
 export function effectiveInWindow(record: EffectRecord, marks: WindowDoneMarks): EffectRecord {
   return effectiveRecord(record, marks.get(record.shard));

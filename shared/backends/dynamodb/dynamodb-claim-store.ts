@@ -15,7 +15,7 @@ import {
   isOwnGrant,
   progressOf,
 } from '../../slot/conflict-outcomes.js';
-import { parseDoneMarks, type WindowDoneMarks } from '../../slot/done-marks.js';
+import { parseDoneMarks, type WindowDoneMarks, windowDoneMarksOf } from '../../slot/done-marks.js';
 import type {
   Checkpoint,
   Claim,
@@ -513,7 +513,7 @@ export async function readWindowDoneMarks(
   slot: Slot,
 ): Promise<WindowDoneMarks> {
   slot = canonicalSlot(slot);
-  const marks = new Map<number | undefined, DoneMarks>();
+  const recorded: (readonly [number | undefined, DoneMarks | undefined])[] = [];
   let startKey: Record<string, AttributeValue> | undefined;
   do {
     let page: QueryCommandOutput;
@@ -539,12 +539,14 @@ export async function readWindowDoneMarks(
       throw storeError('readDoneMarks', slot, error);
     }
     for (const item of page.Items ?? []) {
-      const doneMarks = parseDoneMarks(item[A.doneMarks]?.S);
-      if (doneMarks) marks.set(shardOfSlotSortKey(item[TableLayout.sortKey]?.S ?? ''), doneMarks);
+      recorded.push([
+        shardOfSlotSortKey(item[TableLayout.sortKey]?.S ?? ''),
+        parseDoneMarks(item[A.doneMarks]?.S),
+      ]);
     }
     startKey = page.LastEvaluatedKey;
   } while (startKey);
-  return marks;
+  return windowDoneMarksOf(recorded);
 }
 
 /** The shards a window item lists as finished, in order. */

@@ -1,5 +1,10 @@
-import { effectiveInWindow, parseDoneMarks, type WindowDoneMarks } from '../../slot/done-marks.js';
-import { type DoneMarks, EffectState, type ProviderWord, type SlotState } from '../../slot/ports.js';
+import {
+  effectiveInWindow,
+  parseDoneMarks,
+  type WindowDoneMarks,
+  windowDoneMarksOf,
+} from '../../slot/done-marks.js';
+import { EffectState, type ProviderWord, type SlotState } from '../../slot/ports.js';
 import type { Slot } from '../../slot/slot.js';
 import { effectShard, slotPartitionKey, slotSortKey } from '../dynamodb/table-layout.js';
 import { ProtocolAudit } from './protocol-audit.js';
@@ -172,12 +177,9 @@ export class MemoryTable {
 
   /** The done marks on a window's slot records (its own and its shards'), by shard. */
   windowDoneMarks(slot: Slot): WindowDoneMarks {
-    const marks = new Map<number | undefined, DoneMarks>();
-    for (const [shard, item] of this.#windowSlots(slot)) {
-      const parsed = parseDoneMarks(item.doneMarks);
-      if (parsed) marks.set(shard, parsed);
-    }
-    return marks;
+    return windowDoneMarksOf(
+      this.#windowSlots(slot).map(([shard, item]) => [shard, parseDoneMarks(item.doneMarks)] as const),
+    );
   }
 
   /**

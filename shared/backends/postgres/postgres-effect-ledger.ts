@@ -1,9 +1,13 @@
 import { ConfigurationError, StoreError } from '../../errors.js';
 import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
-import { coveredByMarks, effectiveInWindow, type WindowDoneMarks } from '../../slot/done-marks.js';
+import {
+  coveredByMarks,
+  effectiveInWindow,
+  type WindowDoneMarks,
+  windowDoneMarksOf,
+} from '../../slot/done-marks.js';
 import type {
   Claim,
-  DoneMarks,
   EffectFailure,
   EffectLedger,
   EffectRecord,
@@ -430,11 +434,8 @@ export class PostgresEffectLedger implements EffectLedger {
     } catch (error) {
       throw translateError('read', describeSlot(window), this.#schema, error);
     }
-    return new Map<number | undefined, DoneMarks>(
-      rows.flatMap((row) => {
-        const marks = doneMarksOf(row.done_marks);
-        return marks ? [[row.shard ?? undefined, marks] as const] : [];
-      }),
+    return windowDoneMarksOf(
+      rows.map((row) => [row.shard ?? undefined, doneMarksOf(row.done_marks)] as const),
     );
   }
 

@@ -1,6 +1,6 @@
 import type { Pool } from 'pg';
 import { ConfigurationError, StoreError } from '../../errors.js';
-import { effectiveInWindow, type WindowDoneMarks } from '../../slot/done-marks.js';
+import { effectiveInWindow, type WindowDoneMarks, windowDoneMarksOf } from '../../slot/done-marks.js';
 import type {
   EffectResolution,
   OperatorRequest,
@@ -12,7 +12,7 @@ import type {
   ReleaseRequest,
   ResolveEffectOutcome,
 } from '../../slot/operator-ports.js';
-import { type DoneMarks, type EffectRecord, EffectState, SlotState } from '../../slot/ports.js';
+import { type EffectRecord, EffectState, SlotState } from '../../slot/ports.js';
 import { canonicalSlot, type Slot } from '../../slot/slot.js';
 import { summaryWithEffectDone } from '../../slot/window-summary.js';
 import { DEFAULT_SCHEMA } from './postgres-backend.js';
@@ -487,14 +487,10 @@ function windowOnly(slot: Slot, operation: string): Slot {
  * its shards' (none for a window that is not split), by shard as effectiveInWindow reads them.
  */
 function windowDoneMarks(window: SlotRow, shards: Iterable<ShardRow>): WindowDoneMarks {
-  const marks = new Map<number | undefined, DoneMarks>();
-  const own = doneMarksOf(window.done_marks);
-  if (own) marks.set(undefined, own);
-  for (const shard of shards) {
-    const theirs = doneMarksOf(shard.done_marks);
-    if (theirs) marks.set(shard.shard, theirs);
-  }
-  return marks;
+  return windowDoneMarksOf([
+    [undefined, doneMarksOf(window.done_marks)],
+    ...[...shards].map((shard) => [shard.shard, doneMarksOf(shard.done_marks)] as const),
+  ]);
 }
 
 /** Whether a window's row says it is split into shards (rows of older builds are not). */
