@@ -25,7 +25,6 @@ export class RunMarks {
   /** Performed and not yet in a snapshot, by number. */
   #performed: { readonly seq: number; readonly keyHash: string }[] = [];
   #covered = 0;
-  #performedTotal = 0;
 
   /** The number for the next reservation. */
   take(): number {
@@ -38,7 +37,6 @@ export class RunMarks {
   performed(seq: number, keyHash: string): void {
     this.#pending.delete(seq);
     this.#performed.push({ seq, keyHash });
-    this.#performedTotal++;
   }
 
   /** Nothing of ours stands under `seq` as RESERVED: the marks may pass it. */
@@ -50,11 +48,6 @@ export class RunMarks {
   inDoubt(seq: number): void {
     this.#pending.delete(seq);
     this.#doubt.add(seq);
-  }
-
-  /** Effects this run performed. */
-  get performedTotal(): number {
-    return this.#performedTotal;
   }
 
   /** Effects performed that no snapshot has covered yet. */

@@ -74,8 +74,6 @@ export class Checkpointer {
   #stopped = false;
   /** A later epoch holds the slot: marks go on each effect's own record from now on. */
   #fenced = false;
-  /** Performed effects the last successful write put on record. */
-  #recorded = 0;
   /**
    * Key hashes of performed effects that snapshots covered and no write has put on record yet (a
    * write failed, or is under way): what a fenced run marks one by one.
@@ -203,10 +201,7 @@ export class Checkpointer {
       : this.#o.store.checkpoint(claim, checkpoint, this.#o.progress(), doneMarks);
     this.#writing = written
       .then(async (outcome) => {
-        if (outcome.kind === 'ok') {
-          this.#recorded = snapshot.covered;
-          this.#unrecorded = [];
-        }
+        if (outcome.kind === 'ok') this.#unrecorded = [];
         if (outcome.kind === 'fenced') {
           // A holder that outlived its lease still finishes the sends it had started; what it
           // performed is true, and is recorded on each effect's own record (as every mark was
@@ -225,7 +220,7 @@ export class Checkpointer {
         // are cumulative). Anything but a store failure is a bug: stop() throws it, so the run fails loudly.
         if (error instanceof StoreError) {
           this.#dirty = true;
-          this.#o.onWriteFailed?.(error, this.#o.marks.performedTotal - this.#recorded);
+          this.#o.onWriteFailed?.(error, this.#unrecorded.length + this.#o.marks.uncovered);
         } else this.#bug ??= { error };
       })
       .finally(() => {
