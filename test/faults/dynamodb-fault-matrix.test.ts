@@ -86,7 +86,7 @@ describe('DynamoDB: a correlated burst of 500s', () => {
   // The SDK's standard retry strategy has a client-wide retry quota (500 tokens, 14 per retry of a
   // 5xx) that ran dry when effectConcurrency requests failed together: from then on nothing was
   // retried, whatever maxAttempts said, and a 500 ms burst stopped the run. createDynamoClient now
-  // uses FullJitterRetryStrategy, which has no such quota.
+  // uses JitteredRetryStrategy, which has no such quota and whose 8 attempts span at least 3,175 ms.
   it('rides out a 500 ms burst of 500s at effect concurrency 16 and completes with the same counts', async () => {
     const table = await dynamo.freshTable('burst');
     const client = dynamo.client();

@@ -9,7 +9,7 @@ import { JOB_DEFAULTS } from '../../job/job-spec.js';
 import type { SlotBackend } from '../../job/run-slot.js';
 import { DynamoClaimStore } from './dynamodb-claim-store.js';
 import { DynamoEffectLedger } from './dynamodb-effect-ledger.js';
-import { FullJitterRetryStrategy } from './dynamodb-retry-strategy.js';
+import { JitteredRetryStrategy } from './dynamodb-retry-strategy.js';
 import { TableLayout } from './table-layout.js';
 
 /** How to build the DynamoDB backend: the client, the claims table and the effect-key hasher. */
@@ -54,7 +54,7 @@ export interface DynamoClientOptions {
   /** @default AWS_REGION, else 'us-east-1' */
   readonly region?: string;
   /**
-   * Attempts per request, with full-jitter exponential backoff between them (FullJitterRetryStrategy:
+   * Attempts per request, with jittered exponential backoff between them (JitteredRetryStrategy:
    * no client-wide retry quota). Throttling, 5xx, timeouts and dropped connections are retried; a
    * conditional-check failure never is.
    * @default 8
@@ -68,7 +68,7 @@ export function createDynamoClient(options: DynamoClientOptions = {}): DynamoDBC
   return new DynamoDBClient({
     region: options.region ?? process.env.AWS_REGION ?? 'us-east-1',
     maxAttempts,
-    retryStrategy: new FullJitterRetryStrategy(maxAttempts),
+    retryStrategy: new JitteredRetryStrategy(maxAttempts),
     ...(options.endpoint
       ? { endpoint: options.endpoint, credentials: { accessKeyId: 'local', secretAccessKey: 'local' } }
       : {}),

@@ -10,6 +10,7 @@ import {
   UpdateItemCommand,
   type WriteRequest,
 } from '@aws-sdk/client-dynamodb';
+import { equalJitterDelayMs } from '../../backoff.js';
 import { StoreError } from '../../errors.js';
 import { providerWordOutcomeOfConflict, reserveOutcomeOfConflict } from '../../slot/conflict-outcomes.js';
 import { coveredByMarks, effectiveInWindow } from '../../slot/done-marks.js';
@@ -528,8 +529,7 @@ function notCoveredCondition(marks: EpochDoneMarks | undefined): {
 
 /** Jittered exponential backoff for unprocessed batch items, so replicas do not retry in lockstep. */
 function backoff(round: number): Promise<void> {
-  const ceiling = Math.min(1000, 25 * 2 ** round);
-  return new Promise((resolve) => setTimeout(resolve, Math.random() * ceiling));
+  return new Promise((resolve) => setTimeout(resolve, equalJitterDelayMs(round, 25, 1_000)));
 }
 
 function describeSlot(of: Claim | Slot): string {

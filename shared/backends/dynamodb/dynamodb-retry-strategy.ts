@@ -1,4 +1,5 @@
 import type { DynamoDBClientConfig } from '@aws-sdk/client-dynamodb';
+import { equalJitterDelayMs } from '../../backoff.js';
 
 /** The SDK's token-based retry strategy, as DynamoDBClient's config types it. */
 type RetryStrategyV2 = Extract<
@@ -9,8 +10,10 @@ type RetryToken = Awaited<ReturnType<RetryStrategyV2['acquireInitialRetryToken']
 type RetryErrorInfo = Parameters<RetryStrategyV2['refreshRetryTokenForRetry']>[1];
 
 /**
- * Full-jitter exponential backoff on throttling and transient errors (5xx, timeouts, dropped
- * connections), up to `maxAttempts` tries per request, with no client-wide retry quota.
+ * Jittered exponential backoff on throttling and transient errors (5xx, timeouts, dropped
+ * connections), up to `maxAttempts` tries per request, with no client-wide retry quota. Half of each
+ * delay is fixed (`equalJitterDelayMs`), so 8 attempts from 50 ms span at least 3,175 ms: a shorter
+ * burst of 500s never exhausts a request's attempts.
  *
  * Why not the SDK's standard strategy: it stops retrying once a quota shared by the whole client is
  * spent (500 tokens; 14 per retried 5xx, 5 per retried throttle). A run's `effectConcurrency`
@@ -20,7 +23,7 @@ type RetryErrorInfo = Parameters<RetryStrategyV2['refreshRetryTokenForRetry']>[1
  * as in doubt. slotguard already bounds its own request rate (effectConcurrency per run), which is
  * what the quota protects against.
  */
-export class FullJitterRetryStrategy implements RetryStrategyV2 {
+export class JitteredRetryStrategy implements RetryStrategyV2 {
   readonly mode = 'standard';
   readonly #maxAttempts: number;
 
@@ -29,12 +32,14 @@ export class FullJitterRetryStrategy implements RetryStrategyV2 {
    * @param baseMs the backoff ceiling of the first retry of a 5xx or a timeout, doubling each retry
    * @param throttlingBaseMs the same for a throttled request
    * @param maxDelayMs the largest ceiling
+   * @param random where the jitter comes from (tests pin it)
    */
   constructor(
     maxAttempts: number,
     private readonly baseMs = 50,
     private readonly throttlingBaseMs = 500,
     private readonly maxDelayMs = 20_000,
+    private readonly random: () => number = Math.random,
   ) {
     this.#maxAttempts = maxAttempts;
   }
@@ -49,8 +54,7 @@ export class FullJitterRetryStrategy implements RetryStrategyV2 {
     // Refusing a retry is a throw; the SDK then surfaces the request's own error.
     if (!retryable || retries + 1 >= this.#maxAttempts) throw info.error ?? new Error('not retried');
     const base = info.errorType === 'THROTTLING' ? this.throttlingBaseMs : this.baseMs;
-    // Full jitter: anywhere from 0 to the ceiling, so clients failed by one burst spread out.
-    const delayMs = Math.floor(Math.random() * Math.min(this.maxDelayMs, base * 2 ** retries));
+    const delayMs = Math.floor(equalJitterDelayMs(retries, base, this.maxDelayMs, this.random));
     return retryToken(retries + 1, delayMs);
   }
 

@@ -1,4 +1,5 @@
 import type { Pool, PoolClient, QueryResultRow } from 'pg';
+import { equalJitterDelayMs } from '../../backoff.js';
 import { ConfigurationError } from '../../errors.js';
 import { DEFAULT_TIMEOUTS } from './postgres-settings.js';
 import {
@@ -471,6 +472,5 @@ export function sqlState(error: unknown): string | undefined {
 
 /** Jittered exponential backoff between tries, so replicas do not retry in lockstep. */
 function backoff(attempt: number): Promise<void> {
-  const ceiling = Math.min(1_000, 50 * 2 ** attempt);
-  return new Promise((resolve) => setTimeout(resolve, ceiling / 2 + Math.random() * (ceiling / 2)));
+  return new Promise((resolve) => setTimeout(resolve, equalJitterDelayMs(attempt, 50, 1_000)));
 }
