@@ -1,4 +1,4 @@
-import { createDynamoClient, dynamoBackend } from '../backends/dynamodb/dynamodb-backend.js';
+import { dynamoBackend, environmentDynamoClient } from '../backends/dynamodb/dynamodb-backend.js';
 import type { Clock } from '../clock.js';
 import { SqsWorkQueue } from '../continuation/sqs-work-queue.js';
 import { ConfigurationError } from '../errors.js';
@@ -197,7 +197,7 @@ export function dynamoBackendFromEnvironment(
   const endpoint = env[RuntimeEnv.dynamodbEndpoint];
   return async () =>
     dynamoBackend({
-      client: createDynamoClient(endpoint ? { endpoint } : {}),
+      client: environmentDynamoClient(endpoint),
       tableName,
       hashKey: await context.hashKey(),
       retentionDays,

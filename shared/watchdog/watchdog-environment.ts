@@ -1,4 +1,4 @@
-import { createDynamoClient } from '../backends/dynamodb/dynamodb-backend.js';
+import { environmentDynamoClient } from '../backends/dynamodb/dynamodb-backend.js';
 import { DynamoClaimStore } from '../backends/dynamodb/dynamodb-claim-store.js';
 import { DynamoEffectLedger } from '../backends/dynamodb/dynamodb-effect-ledger.js';
 import { DynamoOperatorStore } from '../backends/dynamodb/dynamodb-operator-store.js';
@@ -43,7 +43,7 @@ export function watchdogInDoubtStoresFromEnvironment(
   const tableName = requiredVariable(env, RuntimeEnv.tableName);
   const endpoint = env[RuntimeEnv.dynamodbEndpoint];
   return async () => {
-    const options = { client: createDynamoClient(endpoint ? { endpoint } : {}), tableName };
+    const options = { client: environmentDynamoClient(endpoint), tableName };
     return {
       claims: new DynamoClaimStore(options),
       // It reserves nothing, so it writes no record's expiry.
@@ -63,8 +63,7 @@ export function watchdogClaimsFromEnvironment(env: Env): () => Promise<SlotReade
   if (kind === BackendKind.DynamoDB) {
     const tableName = requiredVariable(env, RuntimeEnv.tableName);
     const endpoint = env[RuntimeEnv.dynamodbEndpoint];
-    return async () =>
-      new DynamoClaimStore({ client: createDynamoClient(endpoint ? { endpoint } : {}), tableName });
+    return async () => new DynamoClaimStore({ client: environmentDynamoClient(endpoint), tableName });
   }
   const connect = registeredBackend(kind)(env, {
     jobId: 'watchdog',

@@ -1,6 +1,7 @@
 import { SESv2Client, SendEmailCommand } from '@aws-sdk/client-sesv2';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { useDynamo } from '../helpers/dynalite.js';
 
 /** AWS SDK clients constructed since the test began, by class name. */
 const constructed = vi.hoisted(() => {
@@ -31,6 +32,8 @@ vi.mock('@aws-sdk/client-secrets-manager', async (importOriginal) => {
     SecretsManagerClient: constructed.counting('SecretsManagerClient', sdk.SecretsManagerClient),
   };
 });
+
+const dynamo = useDynamo();
 
 afterEach(() => {
   vi.unstubAllEnvs();
@@ -64,5 +67,31 @@ describe('what a cold start creates', () => {
     expect(constructed.counts.get('SESv2Client')).toBe(1);
     expect(ses.commandCalls(SendEmailCommand)).toHaveLength(2);
     ses.restore();
+  });
+
+  it("shares one DynamoDB client between the job's claims backend and its shared send rate", async () => {
+    const table = await dynamo.freshTable();
+    const env = {
+      SLOTGUARD_JOB_ID: 'weekly-report',
+      SLOTGUARD_TABLE_NAME: table,
+      DYNAMODB_ENDPOINT: dynamo.endpoint,
+    };
+    const { dynamoBackendFromEnvironment } = await import('../../shared/job/lambda-environment.js');
+    const { sendRateLimiterFromEnvironment } = await import('../../shared/job/environment-send-rate.js');
+    const { hmacEffectKeys } = await import('../../shared/effects/effect-key.js');
+    constructed.counts.clear();
+
+    const connect = dynamoBackendFromEnvironment(
+      env,
+      { jobId: 'weekly-report', effectConcurrency: 4, hashKey: async () => hmacEffectKeys('k'.repeat(32)) },
+      35,
+    );
+    const limiter = sendRateLimiterFromEnvironment(env, { ratePerSecond: 1_000 });
+    const backend = await connect();
+    await backend.claims.read({ jobId: 'weekly-report', window: '2026-12-01T09:00:00Z' });
+    await limiter.take();
+    await limiter.take();
+
+    expect(constructed.counts.get('DynamoDBClient')).toBe(1);
   });
 });

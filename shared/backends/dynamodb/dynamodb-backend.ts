@@ -75,6 +75,25 @@ export function createDynamoClient(options: DynamoClientOptions = {}): DynamoDBC
   });
 }
 
+/** The clients of `environmentDynamoClient`, by endpoint ('' for AWS's). */
+const environmentClients = new Map<string, DynamoDBClient>();
+
+/**
+ * The one client a process's composition roots share for `endpoint`: a job's claims backend, its
+ * shared send rate and the watchdog's stores each asked for their own, and a container then opened
+ * two connection pools (and paid two TLS handshakes) to the same table. Made on the first call.
+ * @example const client = environmentDynamoClient(env.DYNAMODB_ENDPOINT);
+ */
+export function environmentDynamoClient(endpoint?: string): DynamoDBClient {
+  const key = endpoint ?? '';
+  let client = environmentClients.get(key);
+  if (!client) {
+    client = createDynamoClient(endpoint ? { endpoint } : {});
+    environmentClients.set(key, client);
+  }
+  return client;
+}
+
 /**
  * Creates the claims table where the CDK stack does not (local runs, tests, other endpoints). TTL
  * is switched on by the construct in AWS; nothing here relies on it having deleted anything.
