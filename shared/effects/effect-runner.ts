@@ -79,6 +79,12 @@ export interface EffectRunnerOptions {
   readonly metrics: JobMetrics;
   readonly clock: Clock;
   readonly signal: AbortSignal;
+  /**
+   * The signal each effect is handed, when it is not `signal`: one that also aborts when the
+   * invocation is nearly out of time, ending waits that have sent nothing.
+   * @default signal
+   */
+  readonly effectSignal?: AbortSignal;
   /** Why no new effect may be reserved, if one may not; asked before every reservation. */
   readonly mayReserve: () => StopReason | undefined;
   readonly inDoubtPolicy: InDoubtPolicy;
@@ -305,7 +311,7 @@ export class EffectRunner {
     };
     try {
       // A sender tags its message with the effect it performs, so the provider's events can settle it.
-      await withEffectContext(context, () => perform(this.#o.signal));
+      await withEffectContext(context, () => perform(this.#o.effectSignal ?? this.#o.signal));
     } catch (error) {
       this.#o.onEffectError?.(keyHash, error);
       if (error instanceof EffectNotPerformedError) return this.#refused(keyHash, seq, attempt, error);

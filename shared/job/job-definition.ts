@@ -33,7 +33,9 @@ export interface JobContext {
    * Performs `effect` once per item of `items`, at most `concurrency` at a time, pulling items only
    * as workers free up so the whole list is never in memory. Stops taking items when the lease is
    * lost or the Lambda's remaining time falls under the margin; a continuation of the same window
-   * picks up the rest.
+   * picks up the rest. The `signal` handed to `effect` also aborts with half the margin left, so a
+   * wait that has sent nothing (a send slot) ends before the invocation does; a call already sent
+   * should not be cancelled by it.
    *
    * With a plain (async) iterable, the continuation walks the list from the start and skips what is
    * done, at one conditional write per recipient already done. With a ResumableSource, it reads on

@@ -403,6 +403,11 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
   const stopMarginMs =
     args.options?.stopMarginMs ??
     (remaining ? Math.min(o.stopMarginMs, Math.floor(remaining() / 4)) : o.stopMarginMs);
+  // Sends already reserved can queue behind the send rate longer than the margin (16 workers at one
+  // email a second need 16 s). With half the margin left their waits are cancelled: the invocation
+  // ends before Lambda stops it, and each is put back due at once (nothing was sent) instead of
+  // left reserved, in doubt. A send already under way is not cancelled (see EmailSender).
+  const sendsCut = remaining ? cutSendsAt(clock, remaining() - stopMarginMs / 2) : undefined;
   let checkpointer: Checkpointer | undefined;
   const marks = new RunMarks();
   const effects = new EffectRunner({
@@ -412,6 +417,7 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
     metrics,
     clock,
     signal: lease.signal,
+    ...(sendsCut ? { effectSignal: AbortSignal.any([lease.signal, sendsCut.signal]) } : {}),
     mayReserve: () => {
       if (!lease.canReserve()) return 'lease-lost';
       // `<= 0` too: a margin scaled down to nothing must not let a run with no time left start.
@@ -454,6 +460,7 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
   if (now > claim.window.deadline) {
     // Past its deadline: no more continuing. Nothing is walked; what is on record decides.
     lease.stop();
+    sendsCut?.cancel();
     return finishPastDeadline(run);
   }
   let jobError: unknown;
@@ -464,9 +471,19 @@ export async function runSlot(input: RunSlotArgs): Promise<RunResult> {
   }
   // A job's own stray work (a `once` it did not await) reserves nothing once the run is finishing.
   effects.close();
+  sendsCut?.cancel();
   await checkpointer.stop();
   lease.stop();
   return finish(run, jobError);
+}
+
+/** A signal that aborts `inMs` from now on `clock` (at once if that is not ahead), and its cancel. */
+function cutSendsAt(clock: Clock, inMs: number): { readonly signal: AbortSignal; cancel(): void } {
+  const controller = new AbortController();
+  const cut = () => controller.abort(new Error('the invocation is nearly out of time'));
+  if (inMs <= 0) cut();
+  const cancel = inMs > 0 ? clock.schedule(inMs, cut) : () => {};
+  return { signal: controller.signal, cancel };
 }
 
 /**

@@ -44,6 +44,8 @@ interface Deployment {
   readonly deadlineMs: number;
   /** Delivers every message twice, as SQS (at least once) may. @default false */
   readonly duplicateDeliveries?: boolean;
+  /** @default the job's spec */
+  readonly effectConcurrency?: number;
 }
 
 /** Fires one window into the work queue and runs everything in virtual time until no work is left. */
@@ -95,7 +97,7 @@ async function deploy(d: Deployment) {
     clock,
     options: {
       leaseMs: (spec.leaseSeconds ?? JOB_DEFAULTS.leaseSeconds) * 1000,
-      effectConcurrency: spec.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
+      effectConcurrency: d.effectConcurrency ?? spec.effectConcurrency ?? JOB_DEFAULTS.effectConcurrency,
       maxAttempts: spec.maxAttempts ?? JOB_DEFAULTS.maxAttempts,
       deadlineMs: d.deadlineMs,
     },
@@ -218,6 +220,25 @@ describe("the README's deployment finishes every window", () => {
     // About a minute of real time at 10 a second on dynalite on a shared 2-core machine.
     240_000,
   );
+
+  // 64 sends queued behind a rate of 1 a second take 64 s, past the run's 30 s stop margin: with half
+  // the margin left their waits are cut, so each invocation ends inside its timeout, and what they
+  // had reserved is put back, due at once, for the next run. Lambda would have killed it instead.
+  it('ends every invocation inside its timeout when 64 sends queue behind 1 email a second, and leaves nothing in doubt', async () => {
+    const run = await deploy({ ...paymentReminder(360, 1), effectConcurrency: 64 });
+
+    expect(run.sent).toHaveLength(360);
+    expect(duplicates(run.sent)).toBe(0);
+    expect(run.invocations.map((i) => i.outcome)).toEqual(['returned', 'returned']);
+    expect(run.record).toMatchObject({
+      state: 'DONE',
+      summary: { done: 360, inDoubt: 0, failed: 0, runs: 2 },
+    });
+    // The first run stopped reserving with 30 s left and cut the waits of those still queued at 15 s.
+    expect(run.emf.sum('EffectInDoubtFound')).toBe(0);
+    expect(run.emf.sum('EffectRetried')).toBe(0);
+    expect(run.queue.counts()).toEqual({ visible: 0, invisible: 0, deadLetters: 0 });
+  });
 
   it('sends each payment reminder once when SQS delivers every message twice', async () => {
     const run = await deploy(paymentReminder(600, 1, true));
