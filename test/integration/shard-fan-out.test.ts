@@ -3,6 +3,7 @@ import { weeklyReportJob } from '../../functions/weekly-report/job.js';
 import { syntheticCustomerSource } from '../../functions/weekly-report/recipients.js';
 import { InProcessWorkQueue } from '../../shared/continuation/in-process-work-queue.js';
 import {
+  BatchSendError,
   type SqsRecord,
   type VisibilityOutcome,
   type WorkQueue,
@@ -24,7 +25,10 @@ const SECOND = 1_000;
 
 const dynamo = useDynamo();
 
-/** The in-process queue, refusing the first message sent for one shard, as SQS answering 503 would. */
+/**
+ * The in-process queue, refusing the first message sent for one shard, as SQS answering 503 would,
+ * and sending a batch one message at a time: the batch stops at the refused one.
+ */
 class RefusingQueue implements WorkQueue {
   readonly refused: number[] = [];
   constructor(
@@ -39,6 +43,19 @@ class RefusingQueue implements WorkQueue {
       throw Object.assign(new Error('Service Unavailable'), { name: 'ServiceUnavailable' });
     }
     await this.inner.send(body, delayMs);
+  }
+  async sendBatch(bodies: readonly string[], delayMs: number): Promise<void> {
+    for (const [sent, body] of bodies.entries()) {
+      try {
+        await this.send(body, delayMs);
+      } catch (cause) {
+        throw new BatchSendError(
+          `sent ${sent} of ${bodies.length}`,
+          { sent, total: bodies.length },
+          { cause },
+        );
+      }
+    }
   }
   changeVisibility(receiptHandle: string, visibleInMs: number): Promise<VisibilityOutcome> {
     return this.inner.changeVisibility(receiptHandle, visibleInMs);
