@@ -79,8 +79,9 @@ export class BatchSendError extends WorkQueueError {
 /** The most messages one request of a `sendBatch` carries (SQS's SendMessageBatch limit). */
 export const MAX_BATCH_MESSAGES = 10;
 /**
- * The most bytes of message bodies put in one SendMessageBatch request: 256 KiB, SQS's long-standing
- * limit on a request (a queue that allows more still takes it).
+ * The most bytes of message bodies put in one SendMessageBatch request: 256 KiB, SQS's limit on a
+ * batch before it rose to 1 MiB. A shard message is a few hundred bytes, so keeping to the lower
+ * one costs nothing, and it holds against any SQS-compatible endpoint.
  */
 export const MAX_BATCH_BYTES = 256 * 1024;
 
