@@ -243,7 +243,16 @@ describe('the SQS adapter', () => {
       };
     });
   }
-  const batchQueue = () =>
+  /** What SQS throws once the SDK's retries of a throttled request are spent. */
+  const rateExceeded = () =>
+    new SQSServiceException({
+      name: 'RequestThrottled',
+      $fault: 'client',
+      $metadata: {},
+      message: 'Rate exceeded',
+    });
+  /** The adapter, its client making one attempt per request. */
+  const oneAttemptQueue = () =>
     new SqsWorkQueue({ queueUrl: QUEUE_URL, client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }) });
   const batchInputs = () => sqs.commandCalls(SendMessageBatchCommand).map((c) => c.args[0].input);
   const bodies = (count: number, size = 20) =>
@@ -252,7 +261,7 @@ describe('the SQS adapter', () => {
   it('sends 23 messages as 3 SendMessageBatch requests of 10, 10 and 3, and no SendMessage', async () => {
     answerBatches();
     const sent = bodies(23);
-    await batchQueue().sendBatch(sent, 1_001);
+    await oneAttemptQueue().sendBatch(sent, 1_001);
     const requests = batchInputs();
     expect(requests.map((r) => r.Entries?.length)).toEqual([10, 10, 3]);
     expect(requests.every((r) => r.QueueUrl === QUEUE_URL)).toBe(true);
@@ -264,22 +273,22 @@ describe('the SQS adapter', () => {
 
   it('makes no request for an empty list', async () => {
     answerBatches();
-    await batchQueue().sendBatch([], 0);
+    await oneAttemptQueue().sendBatch([], 0);
     expect(sqs.calls()).toHaveLength(0);
   });
 
   it('splits a request at 256 KiB of bodies, counted in UTF-8 bytes', async () => {
     answerBatches();
     // 30 KiB each: 8 fit in 256 KiB.
-    await batchQueue().sendBatch(bodies(10, 30 * 1024), 0);
+    await oneAttemptQueue().sendBatch(bodies(10, 30 * 1024), 0);
     // 100,000 characters of 2 bytes each: one a request, though two would fit counted in characters.
-    await batchQueue().sendBatch(['é'.repeat(100_000), 'é'.repeat(100_000)], 0);
+    await oneAttemptQueue().sendBatch(['é'.repeat(100_000), 'é'.repeat(100_000)], 0);
     expect(batchInputs().map((r) => r.Entries?.length)).toEqual([8, 2, 1, 1]);
   });
 
   it('counts only the Successful entries of an answer with a Failed one, and sends no request after it', async () => {
     answerBatches({ request: 2, entryId: '4' });
-    const error = await batchQueue()
+    const error = await oneAttemptQueue()
       .sendBatch(bodies(23), 0)
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(BatchSendError);
@@ -295,14 +304,9 @@ describe('the SQS adapter', () => {
   });
 
   it('counts the requests before one SQS refused outright, and keeps its error as the cause', async () => {
-    const throttled = new SQSServiceException({
-      name: 'RequestThrottled',
-      $fault: 'client',
-      $metadata: {},
-      message: 'Rate exceeded',
-    });
+    const throttled = rateExceeded();
     answerBatches({ request: 2, error: throttled });
-    const error = await batchQueue()
+    const error = await oneAttemptQueue()
       .sendBatch(bodies(23), 0)
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(BatchSendError);
@@ -312,17 +316,9 @@ describe('the SQS adapter', () => {
   });
 
   it('fails a send SQS refused with a WorkQueueError that names the queue and keeps the cause', async () => {
-    const throttled = new SQSServiceException({
-      name: 'RequestThrottled',
-      $fault: 'client',
-      $metadata: {},
-      message: 'Rate exceeded',
-    });
+    const throttled = rateExceeded();
     sqs.on(SendMessageCommand).rejects(throttled);
-    const queue = new SqsWorkQueue({
-      queueUrl: QUEUE_URL,
-      client: new SQSClient({ region: 'eu-west-1', maxAttempts: 1 }),
-    });
+    const queue = oneAttemptQueue();
     const error = await queue.send('a', 0).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(WorkQueueError);
     expect(error).toMatchObject({ operation: 'send', cause: throttled });
