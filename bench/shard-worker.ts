@@ -6,10 +6,10 @@
  * local runner does); each invocation the event source makes is handed to a free worker over IPC
  * with the SQS event and the time it has left, and the worker runs the deployed handler
  * (createJobHandler) on it and answers with the batch response. The handler's own queue calls (the
- * coordinator's one message per shard, visibility heartbeats, retry delays) come back over IPC to
- * the queue. So each shard's work (claims, reservations, sends, checkpoints) runs in a process of
- * its own, against a store outside it, and the queue costs the workers nothing they would not pay
- * SQS.
+ * coordinator's shard messages, one call per batch, visibility heartbeats, retry delays) come back
+ * over IPC to the queue. So each shard's work (claims, reservations, sends, checkpoints) runs in a
+ * process of its own, against a store outside it, and the queue costs the workers nothing they
+ * would not pay SQS.
  *
  * A send is a fixed wait (`sendMs`, a stand-in for an SES call); each worker reports the customers
  * it sent to, so the bench counts every customer's emails itself. Each worker counts its own
@@ -71,6 +71,13 @@ type FromWorker =
       readonly id: number;
       readonly op: 'send';
       readonly body: string;
+      readonly delayMs: number;
+    }
+  | {
+      readonly kind: 'queue';
+      readonly id: number;
+      readonly op: 'sendBatch';
+      readonly bodies: readonly string[];
       readonly delayMs: number;
     }
   | {
@@ -139,7 +146,9 @@ export async function startShardWorker(
         const done =
           message.op === 'send'
             ? parent.queue.send(message.body, message.delayMs).then(() => undefined)
-            : parent.queue.changeVisibility(message.receiptHandle, message.visibleInMs);
+            : message.op === 'sendBatch'
+              ? parent.queue.sendBatch(message.bodies, message.delayMs).then(() => undefined)
+              : parent.queue.changeVisibility(message.receiptHandle, message.visibleInMs);
         done.then(
           (outcome) => send({ kind: 'queue-answer', id: message.id, ...(outcome ? { outcome } : {}) }),
           (error: unknown) => send({ kind: 'queue-answer', id: message.id, error: String(error) }),
@@ -228,6 +237,7 @@ async function runWorker(): Promise<void> {
   const askQueue = (
     request:
       | { readonly op: 'send'; readonly body: string; readonly delayMs: number }
+      | { readonly op: 'sendBatch'; readonly bodies: readonly string[]; readonly delayMs: number }
       | { readonly op: 'changeVisibility'; readonly receiptHandle: string; readonly visibleInMs: number },
   ) =>
     new Promise<VisibilityOutcome | undefined>((resolveAnswer, reject) => {
@@ -238,6 +248,10 @@ async function runWorker(): Promise<void> {
   const workQueue: WorkQueue = {
     async send(body, delayMs) {
       await askQueue({ op: 'send', body, delayMs });
+    },
+    // One IPC round trip per batch, as SQS makes one request of it.
+    async sendBatch(bodies, delayMs) {
+      await askQueue({ op: 'sendBatch', bodies, delayMs });
     },
     async changeVisibility(receiptHandle, visibleInMs) {
       return (await askQueue({ op: 'changeVisibility', receiptHandle, visibleInMs })) ?? 'not-in-flight';

@@ -500,8 +500,10 @@ export class ScheduledJob extends Construct {
       new SqsEventSource(this.workQueue, { batchSize: 1, reportBatchItemFailures: true, maxConcurrency }),
     );
     // ChangeMessageVisibility: the heartbeat and the retry delays. SendMessage: a sharded window's
-    // fan-out (one message per shard) and a direct invoke's continuation, both to this queue only.
-    // (The consume grant includes the first; the handler's needs should not rest on it.)
+    // fan-out (one message per shard, in SendMessageBatch requests, which IAM authorises as
+    // sqs:SendMessage: there is no SendMessageBatch action) and a direct invoke's continuation,
+    // both to this queue only. (The consume grant includes the first; the handler's needs should
+    // not rest on it.)
     this.workQueue.grant(this.function, 'sqs:ChangeMessageVisibility', 'sqs:SendMessage');
 
     // The group holds this job's schedule only; it goes when the job goes, so re-adding the job can

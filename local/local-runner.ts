@@ -546,14 +546,18 @@ export class LocalRunner {
 
   /**
    * The work queue as one invocation of `run` reaches it: through its gate, and every message it
-   * sends (a coordinator's one message per shard) counted as the window's, so the window is not
-   * over while a shard's message is on its way or in the queue.
+   * sends (a coordinator's one message per shard, in batches) counted as the window's, so the
+   * window is not over while a shard's message is on its way or in the queue.
    */
   #queueFor(engine: JobEngine, run: WindowRun, gate: InvocationGate): WorkQueue {
     const queue: WorkQueue = {
       send: async (body, delayMs) => {
         this.#expect(engine, { run, origin: originOf(body) }, body);
         await engine.queue.send(body, delayMs);
+      },
+      sendBatch: async (bodies, delayMs) => {
+        for (const body of bodies) this.#expect(engine, { run, origin: originOf(body) }, body);
+        await engine.queue.sendBatch(bodies, delayMs);
       },
       changeVisibility: (handle, visibleInMs) => engine.queue.changeVisibility(handle, visibleInMs),
     };

@@ -151,6 +151,7 @@ export function gatedBackend(
 export function gatedWorkQueue(queue: WorkQueue, gate: InvocationGate): WorkQueue {
   return {
     send: (body, delayMs) => gate.pass(() => queue.send(body, delayMs)),
+    sendBatch: (bodies, delayMs) => gate.pass(() => queue.sendBatch(bodies, delayMs)),
     changeVisibility: (handle, visibleInMs) => gate.pass(() => queue.changeVisibility(handle, visibleInMs)),
   };
 }

@@ -26,6 +26,7 @@ export {
 export { type Clock, scheduleAt, systemClock } from './clock.js';
 export { SqsWorkQueue, type SqsWorkQueueOptions } from './continuation/sqs-work-queue.js';
 export {
+  BatchSendError,
   type Disposition,
   dispositionOf,
   type SqsBatchResponse,

@@ -2,6 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { type Clock, systemClock } from '../clock.js';
 import { ConfigurationError } from '../errors.js';
 import {
+  BatchSendError,
+  batchRequests,
   MAX_DELAY_MS,
   MAX_VISIBILITY_MS,
   queueSeconds,
@@ -34,6 +36,13 @@ export interface InProcessWorkQueueOptions {
    * @default never
    */
   readonly duplicate?: (message: { readonly messageId: string; readonly receiveCount: number }) => boolean;
+  /**
+   * Asked at each message sent: `true` refuses it, as SQS refuses a SendMessage (`send` throws a
+   * WorkQueueError) or one entry of a SendMessageBatch (the batch's other messages in that request
+   * are sent, and `sendBatch` throws BatchSendError after it). For tests and fault drills.
+   * @default never
+   */
+  readonly refuse?: (message: { readonly body: string }) => boolean;
   /**
    * Names the queue in each record's eventSourceARN.
    * @default 'in-process'
@@ -90,6 +99,7 @@ export class InProcessWorkQueue implements WorkQueue {
   readonly #visibilityTimeoutMs: number;
   readonly #maxReceiveCount: number | undefined;
   readonly #duplicate: InProcessWorkQueueOptions['duplicate'];
+  readonly #refuse: InProcessWorkQueueOptions['refuse'];
   readonly #arn: string;
   readonly #messages = new Map<string, StoredMessage>();
   readonly #byHandle = new Map<string, StoredMessage>();
@@ -116,25 +126,45 @@ export class InProcessWorkQueue implements WorkQueue {
     }
     this.#maxReceiveCount = max;
     this.#duplicate = options.duplicate;
+    this.#refuse = options.refuse;
     this.#arn = `arn:aws:sqs:local:000000000000:${options.name ?? 'in-process'}`;
   }
 
   async send(body: string, delayMs: number): Promise<void> {
-    const now = this.#clock.now();
-    const message: StoredMessage = {
-      messageId: randomUUID(),
-      body,
-      sentAt: now,
-      seq: this.#seq++,
-      visibleAt: now + queueSeconds(delayMs, MAX_DELAY_MS, 'delayMs') * 1000,
-      receiveCount: 0,
-      firstReceivedAt: undefined,
-      receivedAt: undefined,
-      handles: new Set(),
-      duplicateDue: false,
-    };
-    this.#messages.set(message.messageId, message);
+    const delayedMs = queueSeconds(delayMs, MAX_DELAY_MS, 'delayMs') * 1000;
+    const refusal = this.#refusal(body);
+    if (refusal) throw refusal;
+    this.#store(body, delayedMs);
     this.#changed();
+  }
+
+  /** As SQS's SendMessageBatch: the same requests (batchRequests), each message taken or refused on its own. */
+  async sendBatch(bodies: readonly string[], delayMs: number): Promise<void> {
+    const delayedMs = queueSeconds(delayMs, MAX_DELAY_MS, 'delayMs') * 1000;
+    let sent = 0;
+    try {
+      for (const request of batchRequests(bodies)) {
+        const refusals: WorkQueueError[] = [];
+        for (const body of request) {
+          const refusal = this.#refusal(body);
+          if (refusal) refusals.push(refusal);
+          else {
+            this.#store(body, delayedMs);
+            sent++;
+          }
+        }
+        if (refusals.length > 0) {
+          throw new BatchSendError(
+            `sent ${sent} of ${bodies.length} messages to the in-process queue: it refused ${refusals.length} of a ` +
+              `request of ${request.length} (its refuse option), and the rest of the batch was not sent`,
+            { sent, total: bodies.length },
+            { cause: refusals[0] },
+          );
+        }
+      }
+    } finally {
+      if (sent > 0) this.#changed();
+    }
   }
 
   async changeVisibility(receiptHandle: string, visibleInMs: number): Promise<VisibilityOutcome> {
@@ -238,6 +268,28 @@ export class InProcessWorkQueue implements WorkQueue {
   onChange(listener: () => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
+  }
+
+  #refusal(body: string): WorkQueueError | undefined {
+    if (!this.#refuse?.({ body })) return undefined;
+    return new WorkQueueError('send', 'the in-process queue refused the message (its refuse option)');
+  }
+
+  #store(body: string, delayedMs: number): void {
+    const now = this.#clock.now();
+    const message: StoredMessage = {
+      messageId: randomUUID(),
+      body,
+      sentAt: now,
+      seq: this.#seq++,
+      visibleAt: now + delayedMs,
+      receiveCount: 0,
+      firstReceivedAt: undefined,
+      receivedAt: undefined,
+      handles: new Set(),
+      duplicateDue: false,
+    };
+    this.#messages.set(message.messageId, message);
   }
 
   #record(message: StoredMessage): SqsRecord {

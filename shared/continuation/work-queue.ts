@@ -18,6 +18,18 @@ export interface WorkQueue {
    */
   send(body: string, delayMs: number): Promise<void>;
   /**
+   * Sends each of `bodies` as a message of its own, delivered no earlier than `delayMs` from now
+   * (as `send` counts it), in as few requests as the queue takes (SQS: `batchRequests`), one after
+   * another, in order. An empty list sends nothing. Resolves once every message is on the queue.
+   *
+   * A request the queue refuses, or one message of it refused, stops the batch after that request:
+   * the method throws BatchSendError, whose `sent` counts the messages the queue confirmed, those
+   * and only those, whatever their place in the list (SQS may refuse the 3rd entry of a request and
+   * take the 4th). A request that failed outright may still have landed (its answer was lost), so
+   * a message not counted is unconfirmed, not known to be absent: a caller retries the whole batch.
+   */
+  sendBatch(bodies: readonly string[], delayMs: number): Promise<void>;
+  /**
    * Keeps a received message invisible for `visibleInMs` from now (whole seconds, rounded up; at
    * most 12 hours), after which it is delivered again unless it was deleted. A message that is no
    * longer in flight (deleted, or delivered again under a newer receipt handle) is answered with
@@ -41,6 +53,59 @@ export class WorkQueueError extends SlotguardError {
     super(message, options);
     this.operation = operation;
   }
+}
+
+/**
+ * A `sendBatch` that stopped part way. `cause` is the first refusal: the error of the request that
+ * failed, or, for a message the queue refused inside a request, that refusal as the error a
+ * `send` of it would have thrown.
+ */
+export class BatchSendError extends WorkQueueError {
+  /** Messages of the batch the queue confirmed sent. */
+  readonly sent: number;
+  /** Messages in the batch. */
+  readonly total: number;
+  constructor(
+    message: string,
+    counts: { readonly sent: number; readonly total: number },
+    options: { cause: unknown },
+  ) {
+    super('sendBatch', message, options);
+    this.sent = counts.sent;
+    this.total = counts.total;
+  }
+}
+
+/** The most messages one request of a `sendBatch` carries (SQS's SendMessageBatch limit). */
+export const MAX_BATCH_MESSAGES = 10;
+/**
+ * The most bytes of message bodies put in one SendMessageBatch request: 256 KiB, SQS's limit on a
+ * batch before it rose to 1 MiB. A shard message is a few hundred bytes, so keeping to the lower
+ * one costs nothing, and it holds against any SQS-compatible endpoint.
+ */
+export const MAX_BATCH_BYTES = 256 * 1024;
+
+/**
+ * `bodies` cut into SendMessageBatch requests, in order: at most MAX_BATCH_MESSAGES messages and
+ * MAX_BATCH_BYTES of bodies (UTF-8, as SQS counts them) each. A body larger than that goes in a
+ * request of its own, for the queue to take or refuse.
+ */
+export function batchRequests(bodies: readonly string[]): string[][] {
+  const requests: string[][] = [];
+  let request: string[] = [];
+  let bytes = 0;
+  for (const body of bodies) {
+    const size = Buffer.byteLength(body, 'utf8');
+    if (request.length === MAX_BATCH_MESSAGES || (request.length > 0 && bytes + size > MAX_BATCH_BYTES)) {
+      requests.push(request);
+      request = [];
+      bytes = 0;
+    }
+    request.push(body);
+    bytes += size;
+  }
+  if (request.length > 0) requests.push(request);
+  return requests;
 }
 
 /**

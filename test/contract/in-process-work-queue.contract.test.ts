@@ -4,7 +4,12 @@ import { CONTRACT_QUEUE, describeWorkQueueContract } from './work-queue-contract
 
 describeWorkQueueContract('in-process', async () => {
   const clock = new ManualClock();
-  const queue = new InProcessWorkQueue({ clock, ...CONTRACT_QUEUE });
+  const refused = new Set<string>();
+  const queue = new InProcessWorkQueue({
+    clock,
+    ...CONTRACT_QUEUE,
+    refuse: ({ body }) => refused.delete(body),
+  });
   return {
     queue,
     receive: async (max) =>
@@ -19,5 +24,8 @@ describeWorkQueueContract('in-process', async () => {
     },
     advance: (ms) => clock.advance(ms),
     deadLetterBodies: async () => queue.deadLetters.map((d) => d.body),
+    refuse: (body) => {
+      refused.add(body);
+    },
   };
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { type WorkQueue, WorkQueueError } from '../../shared/continuation/work-queue.js';
+import { BatchSendError, type WorkQueue, WorkQueueError } from '../../shared/continuation/work-queue.js';
 
 /** A message as the consumer (Lambda's event source mapping) receives it. */
 export interface ReceivedMessage {
@@ -24,6 +24,8 @@ export interface WorkQueueHarness {
   advance(ms: number): Promise<void>;
   /** Bodies of the messages moved to the dead-letter queue. */
   deadLetterBodies(): Promise<readonly string[]>;
+  /** The queue refuses the next message sent with `body` (SQS: a Failed entry, InternalError). */
+  refuse(body: string): void;
 }
 
 const SECOND = 1_000;
@@ -167,6 +169,48 @@ export function describeWorkQueueContract(name: string, makeHarness: () => Promi
       const message = await receiveOne(h);
       await h.delete(message.receiptHandle);
       expect(await h.queue.changeVisibility(message.receiptHandle, MINUTE)).toBe('not-in-flight');
+    });
+
+    /** Receives until the queue has nothing due: every body, in no particular order. */
+    async function drain(h: WorkQueueHarness): Promise<string[]> {
+      const bodies: string[] = [];
+      for (let batch = await h.receive(10); batch.length > 0; batch = await h.receive(10)) {
+        bodies.push(...batch.map((m) => m.body));
+      }
+      return bodies.sort();
+    }
+    const shardBodies = (count: number) =>
+      Array.from({ length: count }, (_, shard) => `{"shard":${String(shard).padStart(2, '0')}}`);
+
+    it('sends every message of a batch once, body intact, after the batch delay', async () => {
+      const h = await makeHarness();
+      const bodies = shardBodies(23);
+      await h.queue.sendBatch(bodies, 30 * SECOND);
+      await h.advance(30 * SECOND - 1);
+      expect(await h.receive(10)).toHaveLength(0);
+      await h.advance(1);
+      expect(await drain(h)).toEqual(bodies);
+    });
+
+    it('sends nothing for an empty batch', async () => {
+      const h = await makeHarness();
+      await h.queue.sendBatch([], 0);
+      expect(await h.receive(10)).toHaveLength(0);
+    });
+
+    it('counts exactly the messages it sent when one of a batch is refused, and sends nothing after its request', async () => {
+      const h = await makeHarness();
+      const bodies = shardBodies(23);
+      // The 13th message, in the second request of 10.
+      h.refuse(bodies[12] ?? '');
+      const error = await h.queue.sendBatch(bodies, 0).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(WorkQueueError);
+      expect(error).toBeInstanceOf(BatchSendError);
+      // The first request's 10, the second's other 9; the third request is never made.
+      expect(error).toMatchObject({ operation: 'sendBatch', sent: 19, total: 23 });
+      const delivered = await drain(h);
+      expect(delivered).toHaveLength(19);
+      expect(delivered).toEqual(bodies.slice(0, 20).filter((_, i) => i !== 12));
     });
 
     it('moves a message to the dead-letter queue after maxReceiveCount deliveries', async () => {

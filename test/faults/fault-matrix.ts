@@ -427,6 +427,9 @@ export function describeFaultMatrix(backend: FaultMatrixBackend): void {
         send: async (body) => {
           bodies.push(body);
         },
+        sendBatch: async (batch) => {
+          bodies.push(...batch);
+        },
         changeVisibility: async () => 'changed',
       };
       const handler = createJobHandler(

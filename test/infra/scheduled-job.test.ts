@@ -616,7 +616,8 @@ describe('ScheduledJob: shards', () => {
     const sharded = addJob(shardedStack, 'job', jobSpec({ id: 'job', shards: 100 }));
     const count = (stack: Stack) => Object.keys(Template.fromStack(stack).toJSON().Resources).length;
     expect(count(shardedStack)).toBe(count(singleStack));
-    // The coordinator's one SendMessage per shard is the grant a direct invoke's continuation already had.
+    // The coordinator's SendMessageBatch requests (authorised as sqs:SendMessage) are the grant a
+    // direct invoke's continuation already had.
     expect(sqsGrants(shardedStack, sharded)).toEqual(sqsGrants(singleStack, single));
     expect(sqsGrants(shardedStack, sharded)).toContainEqual({
       Effect: 'Allow',

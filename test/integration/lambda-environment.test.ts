@@ -1,5 +1,10 @@
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import {
+  SendMessageBatchCommand,
+  type SendMessageBatchCommandInput,
+  SendMessageCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { weeklyReportJob } from '../../functions/weekly-report/job.js';
@@ -300,5 +305,32 @@ describe('a handler with a work queue and a deadline from the environment', () =
     expect(sqs.commandCalls(SendMessageCommand).map((c) => c.args[0].input)).toEqual([
       { QueueUrl: QUEUE_URL, MessageBody: JSON.stringify({ ...event, continuation: true }), DelaySeconds: 1 },
     ]);
+  });
+
+  it("sends a 100-shard window's shard messages as 10 SendMessageBatch requests, not 100 SendMessage", async () => {
+    vi.spyOn(process.stdout, 'write').mockImplementation(() => true);
+    sqs.on(SendMessageBatchCommand).callsFake(async (input: SendMessageBatchCommandInput) => ({
+      Successful: (input.Entries ?? []).map((e) => ({
+        Id: e.Id,
+        MessageId: `m-${e.Id}`,
+        MD5OfMessageBody: '',
+      })),
+      Failed: [],
+    }));
+    const env = await environment({ SLOTGUARD_WORK_QUEUE_URL: QUEUE_URL, SLOTGUARD_SHARDS: '100' });
+    const event = { jobId: 'weekly-report', scheduledTime: window(), attemptNumber: '1' };
+    const fired = await coldStartAndFire(env, event);
+
+    expect(fired.result).toMatchObject({ status: 'sharded', shards: 100 });
+    const requests = sqs.commandCalls(SendMessageBatchCommand).map((c) => c.args[0].input);
+    expect(requests).toHaveLength(10);
+    expect(requests.map((r) => r.Entries?.length)).toEqual(Array(10).fill(10));
+    expect(sqs.commandCalls(SendMessageCommand)).toHaveLength(0);
+    // Every shard once, each message the window's event naming its shard.
+    const shards = requests
+      .flatMap((r) => r.Entries ?? [])
+      .map((e) => (JSON.parse(String(e.MessageBody)) as { shard: number }).shard);
+    expect(shards.sort((a, b) => a - b)).toEqual(Array.from({ length: 100 }, (_, i) => i));
+    expect(fired.sender.total).toBe(0);
   });
 });

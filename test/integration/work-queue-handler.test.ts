@@ -32,6 +32,10 @@ class RecordingQueue implements WorkQueue {
     this.sent.push({ body: JSON.parse(body), delayMs, at: this.clock.now() });
     await this.inner.send(body, delayMs);
   }
+  async sendBatch(bodies: readonly string[], delayMs: number): Promise<void> {
+    for (const body of bodies) this.sent.push({ body: JSON.parse(body), delayMs, at: this.clock.now() });
+    await this.inner.sendBatch(bodies, delayMs);
+  }
   async changeVisibility(handle: string, ms: number): Promise<VisibilityOutcome> {
     this.visibility.push({ handle, ms, at: this.clock.now() });
     if (this.failVisibility) throw new Error('ThrottlingException: Rate exceeded');

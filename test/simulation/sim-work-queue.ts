@@ -132,20 +132,26 @@ export class SimWorkQueue {
    * received, and a visibility change applies to the latest receive only. A message naming a shard
    * the received one does not is a coordinator's fan-out: a new message, sent as one step of the
    * invocation (a crash or a pause can strike before it reaches the queue or after), and visible at
-   * once, so a shard can run before its coordinator has marked the window SHARDED.
+   * once, so a shard can run before its coordinator has marked the window SHARDED. A batch is sent
+   * a message at a time, each its own step: finer than SQS's one request per batch, so every point
+   * a crash can strike a real batch at is among those explored.
    */
   forReceipt(receipt: Receipt, actor: SimActor): WorkQueue {
     const who = actor.name;
+    const send = async (body: string, delayMs: number) => {
+      const fields = JSON.parse(body) as Record<string, unknown>;
+      if (typeof fields.shard === 'number' && receipt.message.shard === undefined) {
+        await this.#fanOut(actor, fields.shard, fields);
+        return;
+      }
+      const afterMs = queueSeconds(delayMs, MAX_DELAY_MS, 'delayMs') * 1000;
+      receipt.retryAfterMs = afterMs;
+      this.#changeVisibility(receipt, Math.max(afterMs, 1000), who, 'continuation');
+    };
     return {
-      send: async (body, delayMs) => {
-        const fields = JSON.parse(body) as Record<string, unknown>;
-        if (typeof fields.shard === 'number' && receipt.message.shard === undefined) {
-          await this.#fanOut(actor, fields.shard, fields);
-          return;
-        }
-        const afterMs = queueSeconds(delayMs, MAX_DELAY_MS, 'delayMs') * 1000;
-        receipt.retryAfterMs = afterMs;
-        this.#changeVisibility(receipt, Math.max(afterMs, 1000), who, 'continuation');
+      send,
+      sendBatch: async (bodies, delayMs) => {
+        for (const body of bodies) await send(body, delayMs);
       },
       changeVisibility: async (handle, visibleInMs) =>
         handle === receipt.handle
