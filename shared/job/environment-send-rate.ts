@@ -1,4 +1,4 @@
-import { createDynamoClient } from '../backends/dynamodb/dynamodb-backend.js';
+import { environmentDynamoClient } from '../backends/dynamodb/dynamodb-backend.js';
 import { DynamoRateLimitStore } from '../backends/dynamodb/dynamodb-rate-limit-store.js';
 import type { Clock } from '../clock.js';
 import {
@@ -69,7 +69,7 @@ function dynamoSendRateStore(env: Env, jobId: string): RateLimitStore {
   return lazyRateLimitStore(
     () =>
       new DynamoRateLimitStore({
-        client: createDynamoClient(endpoint ? { endpoint } : {}),
+        client: environmentDynamoClient(endpoint),
         tableName,
         jobId,
       }),
