@@ -1,13 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { memoryBackend } from '../../shared/backends/memory/memory-backend.js';
 import type { MemoryTransport } from '../../shared/backends/memory/memory-transport.js';
-import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { defineJob } from '../../shared/job/job-definition.js';
-import { runSlot } from '../../shared/job/run-slot.js';
-import type { Log } from '../../shared/telemetry/log.js';
-import type { JobMetrics } from '../../shared/telemetry/metrics.js';
-import { TEST_SECRET } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
+import { deliver, hashKey, START, WINDOW } from './review-fixtures.js';
 
 /*
  * Review of done marks: a run's last checkpoint (Checkpointer.stop) carries the marks of the effects
@@ -20,13 +16,8 @@ import { ManualClock } from '../helpers/manual-clock.js';
  * uses only once fenced, not when its last write fails.
  */
 
-const WINDOW = '2026-11-30T06:00:00Z';
 const SLOT = { jobId: 'review-final-checkpoint', window: WINDOW };
-const START = Date.parse(WINDOW) + 1_000;
 const RECIPIENTS = Array.from({ length: 30 }, (_, i) => `r${i}@example.test`);
-const hashKey = hmacEffectKeys(TEST_SECRET);
-const silentLog: Log = { info() {}, warn() {}, error() {} };
-const noMetrics: JobMetrics = { count() {}, flush: async () => {} };
 
 /** A healthy store but for the `failing`-th checkpoint write, which fails as a throttled request does. */
 function failingCheckpoint(failing: number): MemoryTransport {
@@ -56,14 +47,12 @@ describe('the last checkpoint of a run', () => {
         }),
     });
 
-    const result = await runSlot({
+    const result = await deliver({
       job,
       backend,
       clock: new ManualClock(START),
-      metrics: noMetrics,
-      log: silentLog,
       slot: SLOT,
-      delivery: { invocationId: 'run-1' },
+      invocationId: 'run-1',
     });
 
     expect(sent).toHaveLength(30);

@@ -1,15 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { memoryBackend } from '../../shared/backends/memory/memory-backend.js';
 import type { MemoryTransport } from '../../shared/backends/memory/memory-transport.js';
-import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { EffectNotPerformedError, NotPerformedReason } from '../../shared/errors.js';
 import { defineJob } from '../../shared/job/job-definition.js';
-import { type RunResult, runSlot } from '../../shared/job/run-slot.js';
 import { EffectState } from '../../shared/slot/ports.js';
-import type { Log } from '../../shared/telemetry/log.js';
-import type { JobMetrics } from '../../shared/telemetry/metrics.js';
-import { TEST_SECRET } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
+import { deliver, hashKey, START, WINDOW } from './review-fixtures.js';
 
 /*
  * Review of done marks: recordFailure is conditioned on the reservation being the claim's (owner,
@@ -22,14 +18,9 @@ import { ManualClock } from '../helpers/manual-clock.js';
  * slot's marks, which covers no FAILED record, so the next run sends the email again.
  */
 
-const WINDOW = '2026-11-30T06:00:00Z';
 const SLOT = { jobId: 'review-late-refusal', window: WINDOW };
-const START = Date.parse(WINDOW) + 1_000;
 const TWICE = 'twice@example.test';
 const OTHER = 'other@example.test';
-const hashKey = hmacEffectKeys(TEST_SECRET);
-const silentLog: Log = { info() {}, warn() {}, error() {} };
-const noMetrics: JobMetrics = { count() {}, flush: async () => {} };
 
 /**
  * A healthy store, except that the first refusal written reaches the table a second time, late:
@@ -72,17 +63,8 @@ describe('a refusal written late', () => {
           if (to === OTHER) await clock.advance(61_000);
         }),
     });
-    const run = (invocationId: string): Promise<RunResult> =>
-      runSlot({
-        job,
-        backend,
-        clock,
-        metrics: noMetrics,
-        log: silentLog,
-        slot: SLOT,
-        delivery: { invocationId },
-        options: { leaseMs: 600_000 },
-      });
+    const run = (invocationId: string) =>
+      deliver({ job, backend, clock, slot: SLOT, invocationId, options: { leaseMs: 600_000 } });
 
     let result = await run('run-1');
     expect(sent).toEqual([OTHER, TWICE]);

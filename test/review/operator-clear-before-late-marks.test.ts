@@ -3,16 +3,14 @@ import { DynamoOperatorStore } from '../../shared/backends/dynamodb/dynamodb-ope
 import { memoryBackend } from '../../shared/backends/memory/memory-backend.js';
 import { MemoryOperatorStore } from '../../shared/backends/memory/memory-operator-store.js';
 import { PostgresOperatorStore } from '../../shared/backends/postgres/index.js';
-import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { defineJob } from '../../shared/job/job-definition.js';
-import { runSlot, type SlotBackend } from '../../shared/job/run-slot.js';
+import type { SlotBackend } from '../../shared/job/run-slot.js';
 import type { OperatorStore } from '../../shared/slot/operator-ports.js';
-import type { Log } from '../../shared/telemetry/log.js';
-import type { JobMetrics } from '../../shared/telemetry/metrics.js';
 import { useDynamo } from '../helpers/dynalite.js';
-import { TEST_SECRET, testBackend } from '../helpers/harness.js';
+import { testBackend } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
 import { usePostgres } from '../helpers/postgres.js';
+import { deliver, hashKey, START, WINDOW } from './review-fixtures.js';
 
 /*
  * Review of done marks: an operator's `effects resolve --rerun` on a RUNNING slot whose lease has
@@ -25,15 +23,10 @@ import { usePostgres } from '../helpers/postgres.js';
  * deleted, so there the hole predates done marks.)
  */
 
-const WINDOW = '2026-11-30T06:00:00Z';
 const SLOT = { jobId: 'review-late-marks', window: WINDOW };
-const START = Date.parse(WINDOW) + 1_000;
 const LEASE_MS = 60_000;
 const FIRST = 'first@example.test';
 const SECOND = 'second@example.test';
-const hashKey = hmacEffectKeys(TEST_SECRET);
-const silentLog: Log = { info() {}, warn() {}, error() {} };
-const noMetrics: JobMetrics = { count() {}, flush: async () => {} };
 
 function deferred() {
   let resolve: () => void = () => {};
@@ -103,14 +96,12 @@ describe.each(backends)('done marks and an operator, on $name', ({ open }) => {
         }),
     });
     const run = (invocationId: string, remainingTimeMs?: () => number) =>
-      runSlot({
+      deliver({
         job,
         backend,
         clock,
-        metrics: noMetrics,
-        log: silentLog,
         slot: SLOT,
-        delivery: { invocationId },
+        invocationId,
         options: { leaseMs: LEASE_MS },
         ...(remainingTimeMs ? { remainingTimeMs } : {}),
       });

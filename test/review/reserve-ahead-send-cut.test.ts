@@ -1,16 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { memoryBackend } from '../../shared/backends/memory/memory-backend.js';
-import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { takeSendSlot } from '../../shared/effects/send-slot.js';
 import { TokenBucket } from '../../shared/effects/token-bucket.js';
 import { NotPerformedReason } from '../../shared/errors.js';
 import { defineJob } from '../../shared/job/job-definition.js';
-import { type RunResult, runSlot } from '../../shared/job/run-slot.js';
+import type { RunResult } from '../../shared/job/run-slot.js';
 import { EffectState } from '../../shared/slot/ports.js';
-import type { Log } from '../../shared/telemetry/log.js';
 import type { JobMetrics } from '../../shared/telemetry/metrics.js';
-import { TEST_SECRET } from '../helpers/harness.js';
 import { inVirtualTime, VirtualClock } from '../helpers/virtual-clock.js';
+import { deliver, hashKey, START, WINDOW } from './review-fixtures.js';
 
 /*
  * Review of the send cut (half the stop margin left) with reserveAhead: each of 8 workers holds a
@@ -20,13 +18,9 @@ import { inVirtualTime, VirtualClock } from '../helpers/virtual-clock.js';
  * once, never RESERVED and in doubt. The next invocation sends those, and nobody gets two.
  */
 
-const WINDOW = '2026-11-30T06:00:00Z';
 const SLOT = { jobId: 'review-send-cut', window: WINDOW };
-const START = Date.parse(WINDOW) + 1_000;
 const RECIPIENTS = Array.from({ length: 100 }, (_, i) => `r${String(i).padStart(3, '0')}@example.test`);
 const INVOCATION_MS = 40_000;
-const hashKey = hmacEffectKeys(TEST_SECRET);
-const silentLog: Log = { info() {}, warn() {}, error() {} };
 
 describe('the send cut with reserveAhead', () => {
   it('puts back every reserved-ahead send still waiting at the cut as due, and sends each recipient once over the next invocation', async () => {
@@ -54,14 +48,13 @@ describe('the send cut with reserveAhead', () => {
       return inVirtualTime(
         clock,
         () => 0,
-        runSlot({
+        deliver({
           job,
           backend,
           clock,
           metrics,
-          log: silentLog,
           slot: SLOT,
-          delivery: { invocationId: `invocation-${n}` },
+          invocationId: `invocation-${n}`,
           options: { leaseMs: 60_000, reserveAhead: true },
           remainingTimeMs: () => INVOCATION_MS - (clock.now() - startedAt),
         }),
