@@ -12,8 +12,8 @@ import { deliver, hashKey, START, WINDOW } from './review-fixtures.js';
  * sends it made and knows it made are RESERVED under numbers no marks cover, so the window is DONE
  * with them in doubt for good (paged as EffectInDoubt), although the run ended normally and nothing
  * it performed is unknown. Not new with done marks (a failed batch of 25 DONE puts was not retried
- * either), but the checkpointer now has a fallback (marking each effect on its own record) that it
- * uses only once fenced, not when its last write fails.
+ * either). The checkpointer now falls back, as a fenced run does, to marking each of those effects
+ * on its own record.
  */
 
 const SLOT = { jobId: 'review-final-checkpoint', window: WINDOW };
@@ -57,7 +57,7 @@ describe('the last checkpoint of a run', () => {
 
     expect(sent).toHaveLength(30);
     expect(result).toMatchObject({ status: 'completed', summary: { done: 30, inDoubt: 0 } });
-    // FAILS on main: { done: 25, inDoubt: 5 }: the window is DONE with five emails it sent in doubt.
+    // Before the fallback: { done: 25, inDoubt: 5 }, a DONE window with five emails it sent in doubt.
     expect(result.status === 'completed' ? result.window : undefined).toMatchObject({ done: 30, inDoubt: 0 });
   });
 });
