@@ -17,7 +17,8 @@ export interface CheckpointerOptions {
   readonly onFenced: (message: string) => void;
   /**
    * Marks performed effects done one by one (EffectLedger.markDone): once the run is fenced, its
-   * marks can no longer go on the slot, and the sends it still finishes are recorded this way.
+   * marks can no longer go on the slot, and the sends it still finishes are recorded this way; so
+   * are those whose marks the run's last write failed to put there.
    */
   readonly markEach: (keyHashes: readonly string[]) => Promise<void>;
   /**
@@ -135,6 +136,8 @@ export class Checkpointer {
   /**
    * Writes what is left (marks and positions not yet written), then stops writing. The run's
    * performed effects read DONE to its own tally, and to every later run, only once this is written.
+   * If the last write fails, no later one carries its marks: the performed effects they cover are
+   * marked one by one instead, so a run that goes on to finish its window leaves none in doubt.
    */
   async stop(): Promise<void> {
     this.#cancelTimer?.();
@@ -144,8 +147,27 @@ export class Checkpointer {
       this.#write();
       while (this.#writing) await this.#writing;
     }
+    if (this.#unrecorded.length > 0) await this.#markUnrecorded().catch((error) => this.#failed(error));
     this.#stopped = true;
     if (this.#bug) throw this.#bug.error;
+  }
+
+  /** Marks one by one the performed effects that snapshots covered and no write put on record. */
+  async #markUnrecorded(): Promise<void> {
+    const keyHashes = [...this.#unrecorded];
+    await this.#o.markEach(keyHashes);
+    this.#unrecorded = this.#unrecorded.slice(keyHashes.length);
+  }
+
+  /**
+   * A write failed. A store failure costs re-walking, and leaves the effects its marks newly covered
+   * in doubt if no later write succeeds; anything else is a bug, which stop() throws.
+   */
+  #failed(error: unknown): void {
+    if (error instanceof StoreError) {
+      this.#dirty = true;
+      this.#o.onWriteFailed?.(error, this.#unrecorded.length + this.#o.marks.uncovered);
+    } else this.#bug ??= { error };
   }
 
   #advanceWatermarks(): void {
@@ -191,13 +213,8 @@ export class Checkpointer {
     const checkpoint = this.current();
     const doneMarks = withEpochMarks(claim.window.doneMarks, claim.epoch, snapshot.marks);
     this.#unrecorded.push(...snapshot.newlyDone);
-    const markEach = async () => {
-      const keyHashes = [...this.#unrecorded];
-      await this.#o.markEach(keyHashes);
-      this.#unrecorded = this.#unrecorded.slice(keyHashes.length);
-    };
     const written = this.#fenced
-      ? markEach().then(() => ({ kind: 'ok' as const }))
+      ? this.#markUnrecorded().then(() => ({ kind: 'ok' as const }))
       : this.#o.store.checkpoint(claim, checkpoint, this.#o.progress(), doneMarks);
     this.#writing = written
       .then(async (outcome) => {
@@ -211,18 +228,12 @@ export class Checkpointer {
             `checkpoint of slot ${this.#o.claim.slot.jobId} ${this.#o.claim.slot.window} was rejected: ` +
               `epoch ${outcome.epoch ?? '?'} (${outcome.state ?? 'gone'}) holds it now, epoch ${this.#o.claim.epoch} is fenced`,
           );
-          await markEach();
+          await this.#markUnrecorded();
         }
       })
-      .catch((error: unknown) => {
-        // A checkpoint that could not be written costs re-walking, and leaves the effects its marks
-        // newly covered in doubt if no later write succeeds; the next write carries both (marks
-        // are cumulative). Anything but a store failure is a bug: stop() throws it, so the run fails loudly.
-        if (error instanceof StoreError) {
-          this.#dirty = true;
-          this.#o.onWriteFailed?.(error, this.#unrecorded.length + this.#o.marks.uncovered);
-        } else this.#bug ??= { error };
-      })
+      // The next write carries what this one did (marks are cumulative); stop() throws a bug, so
+      // the run fails loudly.
+      .catch((error: unknown) => this.#failed(error))
       .finally(() => {
         this.#writing = undefined;
         if (this.#writeAgain) {
