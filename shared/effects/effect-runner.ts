@@ -354,6 +354,7 @@ export class EffectRunner {
           attempts: attempt - 1,
           retryAt: this.#o.clock.now(),
           reason: NotPerformedReason.Cancelled,
+          seq,
         });
         this.#o.marks.closed(seq);
         this.#unsettled.delete(keyHash);
@@ -367,6 +368,7 @@ export class EffectRunner {
       await ledger.recordFailure(claim, keyHash, {
         attempts: attempt,
         reason: error.reason,
+        seq,
         ...(retryAt !== undefined ? { retryAt } : {}),
       });
       this.#o.marks.closed(seq);

@@ -431,6 +431,13 @@ export interface EffectFailure {
   readonly retryAt?: number;
   /** Why (a NotPerformedReason, or `invalid-key`). */
   readonly reason: string;
+  /**
+   * The number of the reservation refused (`ReserveOptions.seq`); absent for one made without a
+   * number. The write lands only on that reservation: a run reserves a key again once its refusal
+   * is due, and a late copy of the first refusal's write (a timed-out request the store still
+   * applied) must not turn the second reservation, already performed, FAILED.
+   */
+  readonly seq?: number;
 }
 
 export type ReserveOutcome =
@@ -480,7 +487,8 @@ export interface EffectLedger {
   markDone(claim: Claim, keyHashes: readonly string[]): Promise<void>;
   /**
    * Records that our reservation's effect was refused before it was performed (conditioned on the
-   * reservation being ours): FAILED, retried by a later run after `retryAt`, or permanently.
+   * reservation being ours, under `failure.seq`): FAILED, retried by a later run after `retryAt`,
+   * or permanently.
    */
   recordFailure(claim: Claim, keyHash: string, failure: EffectFailure): Promise<void>;
   /** Deletes our reservation of an effect that was never attempted (the run stopped before sending). */

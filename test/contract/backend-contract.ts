@@ -701,6 +701,32 @@ export function describeBackendContract(name: string, makeBackend: () => Promise
       await ledger.recordFailure(b, 'k1', { attempts: 1, reason: 'throttled' });
       expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'DONE', epoch: 2 });
     });
+
+    it("records a refusal only under its reservation's number: a late copy of it never fails the run's later reservation of the key", async () => {
+      const { claims, ledger } = await makeBackend();
+      const slot = freshSlot();
+      const a = await claimOrFail(claims, slot, 'a', T0);
+      await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0, seq: 0 });
+      const refusal = { attempts: 1, retryAt: T0 + 1_000, reason: 'throttled', seq: 0 };
+      await ledger.recordFailure(a, 'k1', refusal);
+      // Due again, the same run reserves the key under a new number, and performs it.
+      expect(await ledger.reserve(a, 'k1', { rerunInDoubt: false, now: T0 + 1_000, seq: 7 })).toEqual({
+        kind: 'reserved',
+        rerun: false,
+        attempt: 2,
+      });
+      // The first refusal's write, applied again late (a timed-out request the store still took).
+      await ledger.recordFailure(a, 'k1', refusal);
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'RESERVED', epoch: 1, seq: 7 });
+      // Its own refusal, under its own number, still lands; so does one of a reservation with no number.
+      await ledger.recordFailure(a, 'k1', { attempts: 2, retryAt: T0 + 5_000, reason: 'throttled', seq: 7 });
+      expect(await ledger.read(slot, 'k1')).toMatchObject({ state: 'FAILED', attempts: 2 });
+      await ledger.reserve(a, 'k2', { rerunInDoubt: false, now: T0 });
+      await ledger.recordFailure(a, 'k2', { attempts: 1, reason: 'invalid-key', seq: 3 });
+      expect(await ledger.read(slot, 'k2')).toMatchObject({ state: 'RESERVED' });
+      await ledger.recordFailure(a, 'k2', { attempts: 1, reason: 'invalid-key' });
+      expect(await ledger.read(slot, 'k2')).toMatchObject({ state: 'FAILED', reason: 'invalid-key' });
+    });
   });
 
   describe(`${name}: the provider's word`, () => {

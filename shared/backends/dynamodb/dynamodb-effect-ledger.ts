@@ -161,9 +161,9 @@ export class DynamoEffectLedger implements EffectLedger {
   }
 
   /*
-   * Timeline of a refusal: PutItem FAILED (attempts, retryAt) if the reservation is still ours. A
-   * failed condition is our own write whose reply was lost, or a reservation a takeover made its
-   * own: nothing left for this claim to record either way.
+   * Timeline of a refusal: PutItem FAILED (attempts, retryAt) if the reservation is still ours, under
+   * the refused number. A failed condition is our own write whose reply was lost, a reservation a
+   * takeover made its own, or our own later reservation of the key: nothing left to record.
    */
   async recordFailure(claim: Claim, keyHash: string, failure: EffectFailure): Promise<void> {
     claim = canonicalClaim(claim);
@@ -176,12 +176,21 @@ export class DynamoEffectLedger implements EffectLedger {
             reason: str(failure.reason),
             ...(failure.retryAt !== undefined ? { retryAt: num(failure.retryAt) } : {}),
           },
-          ConditionExpression: '#owner = :me AND #epoch = :epoch AND #state = :reserved',
-          ExpressionAttributeNames: { '#owner': 'owner', '#epoch': 'epoch', '#state': 'state' },
+          // That very reservation: ours, and under the number it was refused under.
+          ConditionExpression: `#owner = :me AND #epoch = :epoch AND #state = :reserved AND ${
+            failure.seq !== undefined ? '#seq = :seq' : 'attribute_not_exists(#seq)'
+          }`,
+          ExpressionAttributeNames: {
+            '#owner': 'owner',
+            '#epoch': 'epoch',
+            '#state': 'state',
+            '#seq': 'seq',
+          },
           ExpressionAttributeValues: {
             ':me': str(claim.owner),
             ':epoch': num(claim.epoch),
             ':reserved': str(EffectState.Reserved),
+            ...(failure.seq !== undefined ? { ':seq': num(failure.seq) } : {}),
           },
         }),
       );

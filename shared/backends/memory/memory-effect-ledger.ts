@@ -123,7 +123,7 @@ export class MemoryEffectLedger implements EffectLedger {
       'recordFailure',
       claim,
       keyHash,
-      reservedBy(claim),
+      reservedUnder(claim, failure.seq),
       () => ({
         ...this.#item(claim, EffectState.Failed),
         attempts: failure.attempts,
@@ -329,6 +329,18 @@ function reservedBy(holder: { readonly owner: string; readonly epoch: number }):
     expression: '#owner = :owner AND #epoch = :epoch AND #state = :reserved',
     holds: (item) =>
       item?.owner === holder.owner && item.epoch === holder.epoch && item.state === EffectState.Reserved,
+  };
+}
+
+/** reservedBy, and under that number (`#seq = :seq`, or `attribute_not_exists(#seq)` for none). */
+function reservedUnder(
+  holder: { readonly owner: string; readonly epoch: number },
+  seq: number | undefined,
+): Condition<EffectItem> {
+  const ours = reservedBy(holder);
+  return {
+    expression: `${ours.expression} AND ${seq !== undefined ? '#seq = :seq' : 'attribute_not_exists(#seq)'}`,
+    holds: (item) => ours.holds(item) && item?.seq === seq,
   };
 }
 

@@ -250,6 +250,7 @@ export class PostgresEffectLedger implements EffectLedger {
       failure.attempts,
       failure.retryAt !== undefined ? new Date(failure.retryAt) : null,
       storableText(failure.reason, MAX_REASON_TEXT),
+      failure.seq ?? null,
     ]);
   }
 

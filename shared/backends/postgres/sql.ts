@@ -531,11 +531,14 @@ export function sqlFor(schema: string) {
      *   our reservation (RESERVED, epoch e, owner o) → FAILED, attempts n, retry_at (or none: for good)
      *   a reservation no longer ours (taken over), or our own write whose reply was lost: no row
      * Conditioned on the reservation, not the lease: a refusal is the truth whoever records it, as DONE is.
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 key, $6 attempts, $7 retry at or NULL, $8 reason.
+     * Only the reservation refused: its number, $9 (NULL: made without one), so a late copy of an
+     * earlier refusal never lands on the run's later reservation of the key.
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 key, $6 attempts, $7 retry at or NULL, $8 reason, $9 seq or NULL.
      */
     recordEffectFailure: `
       UPDATE ${effects} SET state = 'FAILED', attempts = $6::integer, retry_at = $7::timestamptz, reason = $8::text
-      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $5 AND owner = $3 AND epoch = $4 AND state = 'RESERVED'`,
+      WHERE job_id = $1 AND slot_window = $2 AND key_hash = $5 AND owner = $3 AND epoch = $4 AND state = 'RESERVED'
+        AND seq IS NOT DISTINCT FROM $9::bigint`,
 
     /** Deletes our own reservation of an effect that certainly did not happen. $1 job, $2 window, $3 owner, $4 epoch, $5 key. */
     unreserveEffect: `
