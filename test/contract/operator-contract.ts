@@ -447,6 +447,82 @@ export function describeOperatorContract(
       expect(await backend.ledger.read(slot, 'ee01')).toMatchObject({ state: 'RESERVED' });
     });
 
+    /*
+     * A holder whose lease ended may be frozen, not dead: until the slot is released its late
+     * checkpoint is accepted, and the done marks it carries cover its reservations by number, so a
+     * reservation cleared meanwhile would read as never sent and be sent again.
+     */
+    describe('while a holder past its lease still holds the slot RUNNING', () => {
+      /** A slot RUNNING at epoch 1 whose holder reserved `key` (seq 0) and froze; the time its lease is over. */
+      async function frozenHolder(backend: OperatorContractBackend, key: string) {
+        const slot = freshSlot();
+        const holder = await claim(backend.claims, slot, 'frozen', T0);
+        await backend.ledger.reserve(holder, key, { rerunInDoubt: false, now: T0, seq: 0 });
+        return { slot, holder, now: T0 + LEASE + 1 };
+      }
+
+      it('refuses to clear an effect while the slot is RUNNING with an expired lease, answering running: release it first', async () => {
+        const backend = await makeBackend();
+        const { slot, holder, now } = await frozenHolder(backend, 'ea01');
+        const outcome = await backend.operator.resolveEffect(slot, 'ea01', 'clear', {
+          expectedEpoch: 1,
+          now,
+        });
+        expect(outcome).toMatchObject({
+          kind: 'refused',
+          reason: 'running',
+          current: { state: 'RUNNING', epoch: 1, owner: 'frozen' },
+        });
+        expect(await backend.ledger.read(slot, 'ea01')).toMatchObject({ state: 'RESERVED', epoch: 1 });
+        // The holder thaws: its marks are accepted and cover what it sent, which stays done.
+        const marks = { '1': { below: 1, open: [] } };
+        const walking = { positions: { customers: '1' }, walked: false };
+        expect(await backend.claims.checkpoint(holder, walking, runSummary(1, 1), marks)).toEqual({
+          kind: 'ok',
+        });
+        expect(await backend.ledger.read(slot, 'ea01')).toMatchObject({ state: 'DONE' });
+      });
+
+      it('clears the same effect once the slot is released, and the released holder’s late marks are rejected', async () => {
+        const backend = await makeBackend();
+        const { slot, holder, now } = await frozenHolder(backend, 'eb01');
+        const request = { expectedEpoch: 1, now };
+        expect(
+          await backend.operator.forceRelease(slot, { ...request, evenIfLeaseLive: false }),
+        ).toMatchObject({
+          kind: 'ok',
+          record: { state: 'RELEASED', epoch: 1 },
+        });
+        expect(await backend.operator.resolveEffect(slot, 'eb01', 'clear', request)).toMatchObject({
+          kind: 'resolved',
+          resolution: 'clear',
+          before: { state: 'RESERVED', epoch: 1, owner: 'frozen' },
+          slotReopened: false,
+        });
+        expect(await backend.ledger.read(slot, 'eb01')).toBeUndefined();
+        const marks = { '1': { below: 1, open: [] } };
+        const walking = { positions: { customers: '1' }, walked: false };
+        expect(await backend.claims.checkpoint(holder, walking, runSummary(1, 1), marks)).toMatchObject({
+          kind: 'fenced',
+        });
+        const next = await claim(backend.claims, slot, 'next', now + 1);
+        expect(next.epoch).toBe(2);
+        expect(
+          await backend.ledger.reserve(next, 'eb01', { rerunInDoubt: false, now: now + 1, seq: 0 }),
+        ).toEqual({ kind: 'reserved', rerun: false, attempt: 1 });
+      });
+
+      it('marks an effect done while the slot is RUNNING with an expired lease: that never sends it again', async () => {
+        const backend = await makeBackend();
+        const { slot, now } = await frozenHolder(backend, 'ec01');
+        expect(
+          await backend.operator.resolveEffect(slot, 'ec01', 'done', { expectedEpoch: 1, now }),
+        ).toMatchObject({ kind: 'resolved', resolution: 'done', slotReopened: false });
+        expect(await backend.ledger.read(slot, 'ec01')).toMatchObject({ state: 'DONE' });
+        expect(await backend.claims.read(slot)).toMatchObject({ state: 'RUNNING', epoch: 1 });
+      });
+    });
+
     it('answers an effect that is done or unknown instead of writing it', async () => {
       const backend = await makeBackend();
       const slot = freshSlot();
@@ -601,6 +677,37 @@ export function describeOperatorContract(
       });
       expect(await backend.ledger.read(slot, 'ff01')).toMatchObject({ state: 'FAILED' });
       expect(await backend.operator.redrive(freshSlot(), request)).toEqual({ kind: 'absent' });
+    });
+
+    it('refuses to re-drive while the slot is RUNNING with an expired lease, deleting nothing, and re-drives once it is released', async () => {
+      const backend = await makeBackend();
+      const slot = freshSlot();
+      const frozen = await claim(backend.claims, slot, 'frozen', T0);
+      await backend.ledger.reserve(frozen, 'fa01', { rerunInDoubt: false, now: T0 });
+      await backend.ledger.recordFailure(frozen, 'fa01', {
+        attempts: 1,
+        retryAt: T0 + 60_000,
+        reason: 'throttled',
+      });
+      const request = { expectedEpoch: 1, now: T0 + LEASE + 1, deadline: FRESH_DEADLINE };
+      expect(await backend.operator.redrive(slot, request)).toMatchObject({
+        kind: 'refused',
+        reason: 'running',
+        cleared: [],
+        current: { state: 'RUNNING', epoch: 1, owner: 'frozen' },
+      });
+      expect(await backend.ledger.read(slot, 'fa01')).toMatchObject({ state: 'FAILED' });
+
+      expect(await backend.operator.forceRelease(slot, { ...request, evenIfLeaseLive: false })).toMatchObject(
+        {
+          kind: 'ok',
+        },
+      );
+      expect(await backend.operator.redrive(slot, request)).toMatchObject({
+        kind: 'redriven',
+        cleared: [{ keyHash: 'fa01' }],
+        record: { state: 'RELEASED', epoch: 1, deadline: FRESH_DEADLINE },
+      });
     });
 
     it("keeps a window's done marks through a redrive: what they cover stays done", async () => {
