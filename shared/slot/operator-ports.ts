@@ -160,7 +160,8 @@ export type RefusalReason =
  *   late checkpoint is accepted, and the done marks it carries cover reservations by number: one an
  *   operator deleted meanwhile is gone from the ledger, and the next run performs it a second time.
  *   A release fences the holder (its checkpoint is rejected, and it marks its sends done on their
- *   own records instead), so the write is allowed once the slot is released.
+ *   own records instead), so the write is allowed once the slot is released. A SHARDED window is
+ *   held by its shards, whose leases its own record does not show: refused too (as `state`).
  */
 export type HolderRule = 'live-lease' | 'running';
 

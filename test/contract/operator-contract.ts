@@ -710,6 +710,35 @@ export function describeOperatorContract(
       });
     });
 
+    it('refuses to clear an effect or re-drive while the window is SHARDED: its shards run it', async () => {
+      const backend = await makeBackend();
+      const window = freshSlot();
+      const coordinator = await backend.claims.claim(window, { ...lease('coordinator'), shards: 2 }, T0);
+      if (coordinator.kind !== 'claimed') throw new Error(coordinator.kind);
+      expect(await backend.claims.release(coordinator.claim, { kind: 'sharded', shards: 2 }, T0 + 1)).toEqual(
+        {
+          kind: 'ok',
+        },
+      );
+      const shard = await backend.claims.claim({ ...window, shard: 0 }, lease('shard-0'), T0 + 2);
+      if (shard.kind !== 'claimed') throw new Error(shard.kind);
+      await backend.ledger.reserve(shard.claim, 'ga01', { rerunInDoubt: false, now: T0 + 2 });
+      await backend.ledger.reserve(shard.claim, 'gb01', { rerunInDoubt: false, now: T0 + 2 });
+      await backend.ledger.recordFailure(shard.claim, 'gb01', { attempts: 5, reason: 'rejected' });
+
+      // Shard 0's lease has ended; it may be frozen, and the window's record holds no lease to show it.
+      const request = { expectedEpoch: 1, now: T0 + 2 + LEASE + 1, deadline: FRESH_DEADLINE };
+      const sharded = { kind: 'refused', reason: 'state', current: { state: 'SHARDED', epoch: 1 } };
+      expect(await backend.operator.resolveEffect(window, 'ga01', 'clear', request)).toMatchObject(sharded);
+      expect(await backend.operator.redrive(window, request)).toMatchObject({ ...sharded, cleared: [] });
+      expect(await backend.ledger.read(window, 'ga01')).toMatchObject({
+        state: 'RESERVED',
+        owner: 'shard-0',
+      });
+      expect(await backend.ledger.read(window, 'gb01')).toMatchObject({ state: 'FAILED' });
+      expect(await backend.claims.read(window)).toMatchObject({ state: 'SHARDED', epoch: 1 });
+    });
+
     it("keeps a window's done marks through a redrive: what they cover stays done", async () => {
       const backend = await makeBackend();
       const slot = freshSlot();

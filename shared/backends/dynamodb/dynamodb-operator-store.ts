@@ -419,16 +419,20 @@ function givingBack(request: OperatorRequest, options: { readonly rewalk?: boole
 
 /**
  * A slot write that changes nothing but the operator's note, conditioned on the epoch read and on no
- * run holding the slot as `rule` says (under a live lease, or RUNNING at all): the guard before
- * writes to a slot's effects.
+ * run holding the slot as `rule` says: under a live lease, or (`running`) RUNNING at all, nor a
+ * SHARDED window's shards, whose leases its record does not show (refused as `state`). The guard
+ * before writes to a slot's effects.
  */
 function noHolder(request: OperatorRequest, rule: HolderRule, action: string) {
-  const free = rule === 'running' ? '#state <> :running' : 'NOT (#state = :running AND #leaseUntil >= :now)';
+  const free =
+    rule === 'running'
+      ? '#state <> :running AND #state <> :sharded'
+      : 'NOT (#state = :running AND #leaseUntil >= :now)';
   return {
     action,
     update: 'SET #operatorAction = :action',
     condition: `#epoch = :expected AND attribute_exists(#state) AND ${free}`,
-    values: { ':running': str(SlotState.Running) },
+    values: { ':running': str(SlotState.Running), ':sharded': str(SlotState.Sharded) },
     isDone: (_record: SlotRecord) => false,
     refusal: (current: SlotRecord) => refusalReason(current, request, rule),
   };

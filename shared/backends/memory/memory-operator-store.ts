@@ -233,13 +233,15 @@ function givenBack(item: SlotItem, request: OperatorRequest, options: { rewalk?:
 
 /**
  * A write that changes nothing, conditioned on the epoch read and on no run holding the slot as
- * `rule` says (DynamoOperatorStore's `noHolder`).
+ * `rule` says (DynamoOperatorStore's `noHolder`): for `running`, nor a SHARDED window's shards.
  */
 function noHolder(request: OperatorRequest, rule: HolderRule) {
+  const held = (item: SlotItem) =>
+    rule === 'running'
+      ? item.state === SlotState.Running || item.state === SlotState.Sharded
+      : item.state === SlotState.Running && (item.leaseUntil ?? 0) >= request.now;
   return {
-    condition: (item: SlotItem) =>
-      item.epoch === request.expectedEpoch &&
-      !(item.state === SlotState.Running && (rule === 'running' || (item.leaseUntil ?? 0) >= request.now)),
+    condition: (item: SlotItem) => item.epoch === request.expectedEpoch && !held(item),
     write: (item: SlotItem) => item,
     isDone: () => false,
     refusal: (current: SlotRecord) => refusalReason(current, request, rule),
