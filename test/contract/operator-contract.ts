@@ -653,12 +653,12 @@ export function describeOperatorContract(
       });
     });
 
-    it('refuses while a run holds a live lease, and when the epoch moved, deleting nothing', async () => {
+    it('refuses while a run holds the slot RUNNING, its lease live or ended, and when the epoch moved, deleting nothing; re-drives once it is released', async () => {
       const backend = await makeBackend();
       const slot = freshSlot();
-      const live = await claim(backend.claims, slot, 'live', T0);
-      await backend.ledger.reserve(live, 'ff01', { rerunInDoubt: false, now: T0 });
-      await backend.ledger.recordFailure(live, 'ff01', {
+      const holder = await claim(backend.claims, slot, 'holder', T0);
+      await backend.ledger.reserve(holder, 'ff01', { rerunInDoubt: false, now: T0 });
+      await backend.ledger.recordFailure(holder, 'ff01', {
         attempts: 1,
         retryAt: T0 + 60_000,
         reason: 'throttled',
@@ -675,37 +675,23 @@ export function describeOperatorContract(
         reason: 'epoch-moved',
         cleared: [],
       });
-      expect(await backend.ledger.read(slot, 'ff01')).toMatchObject({ state: 'FAILED' });
-      expect(await backend.operator.redrive(freshSlot(), request)).toEqual({ kind: 'absent' });
-    });
-
-    it('refuses to re-drive while the slot is RUNNING with an expired lease, deleting nothing, and re-drives once it is released', async () => {
-      const backend = await makeBackend();
-      const slot = freshSlot();
-      const frozen = await claim(backend.claims, slot, 'frozen', T0);
-      await backend.ledger.reserve(frozen, 'fa01', { rerunInDoubt: false, now: T0 });
-      await backend.ledger.recordFailure(frozen, 'fa01', {
-        attempts: 1,
-        retryAt: T0 + 60_000,
-        reason: 'throttled',
-      });
-      const request = { expectedEpoch: 1, now: T0 + LEASE + 1, deadline: FRESH_DEADLINE };
-      expect(await backend.operator.redrive(slot, request)).toMatchObject({
+      // Its lease ended, but the holder may only be frozen: release it first.
+      const later = { ...request, now: T0 + LEASE + 1 };
+      expect(await backend.operator.redrive(slot, later)).toMatchObject({
         kind: 'refused',
         reason: 'running',
         cleared: [],
-        current: { state: 'RUNNING', epoch: 1, owner: 'frozen' },
+        current: { state: 'RUNNING', epoch: 1, owner: 'holder' },
       });
-      expect(await backend.ledger.read(slot, 'fa01')).toMatchObject({ state: 'FAILED' });
+      expect(await backend.ledger.read(slot, 'ff01')).toMatchObject({ state: 'FAILED' });
+      expect(await backend.operator.redrive(freshSlot(), request)).toEqual({ kind: 'absent' });
 
-      expect(await backend.operator.forceRelease(slot, { ...request, evenIfLeaseLive: false })).toMatchObject(
-        {
-          kind: 'ok',
-        },
-      );
-      expect(await backend.operator.redrive(slot, request)).toMatchObject({
+      expect(await backend.operator.forceRelease(slot, { ...later, evenIfLeaseLive: false })).toMatchObject({
+        kind: 'ok',
+      });
+      expect(await backend.operator.redrive(slot, later)).toMatchObject({
         kind: 'redriven',
-        cleared: [{ keyHash: 'fa01' }],
+        cleared: [{ keyHash: 'ff01' }],
         record: { state: 'RELEASED', epoch: 1, deadline: FRESH_DEADLINE },
       });
     });

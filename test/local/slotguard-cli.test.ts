@@ -1436,85 +1436,41 @@ describe('slotguard effects redrive', () => {
     });
   });
 
-  it('refuses while a run holds the window under a live lease, deleting nothing', async () => {
+  it('refuses while a run holds the window RUNNING, its lease live or ended (then naming slots release), deleting nothing', async () => {
     const clock = new ManualClock(at('06:31'));
     const w = await world(clock);
+    const slot = { jobId: 'payment-reminder', window: '2026-11-30T06:30:00Z' };
     const hashes = await invoiceHashes(w, '06:30');
-    const live = await claimWindow(w, '06:30', at('06:30') + 30_000);
-    await w.backend.backend.ledger.reserve(live, hashes[0]!, { rerunInDoubt: false, now: at('06:30') });
-    await w.backend.backend.ledger.recordFailure(live, hashes[0]!, {
+    const holder = await claimWindow(w, '06:30', at('06:30') + 30_000);
+    await w.backend.backend.ledger.reserve(holder, hashes[0]!, { rerunInDoubt: false, now: at('06:30') });
+    await w.backend.backend.ledger.recordFailure(holder, hashes[0]!, {
       attempts: 1,
       retryAt: at('06:32'),
       reason: 'throttled',
     });
-    const out = await cli(
-      [
-        'effects',
-        'redrive',
-        '--job',
-        'payment-reminder',
-        '--window',
-        '2026-11-30T06:30:00Z',
-        ...smtp(),
-        ...w.where,
-      ],
-      clock,
-    );
-    expect(out.code).toBe(1);
-    expect(out.err).toContain(
+    const redrive = () =>
+      cli(['effects', 'redrive', '--job', slot.jobId, '--window', slot.window, ...smtp(), ...w.where], clock);
+
+    const live = await redrive();
+    expect(live.code).toBe(1);
+    expect(live.err).toContain(
       'a run (replica-9, epoch 1) holds it until 2026-11-30T06:31:30.000Z; wait for it to end',
     );
-    expect(out.err).toContain('Nothing was written.');
-    expect(
-      await w.backend.backend.ledger.read(
-        { jobId: 'payment-reminder', window: '2026-11-30T06:30:00Z' },
-        hashes[0]!,
-      ),
-    ).toMatchObject({
-      state: 'FAILED',
-    });
-    expect(sink.total()).toBe(0);
-  });
+    expect(live.err).toContain('Nothing was written.');
 
-  it('refuses while a run holds the window RUNNING past its lease, naming slots release, deleting nothing', async () => {
-    const clock = new ManualClock(at('06:41'));
-    const w = await world(clock);
-    const hashes = await invoiceHashes(w, '06:30');
-    const frozen = await claimWindow(w, '06:30', at('06:30') + 30_000);
-    await w.backend.backend.ledger.reserve(frozen, hashes[0]!, { rerunInDoubt: false, now: at('06:30') });
-    await w.backend.backend.ledger.recordFailure(frozen, hashes[0]!, {
-      attempts: 1,
-      retryAt: at('06:32'),
-      reason: 'throttled',
-    });
-    const out = await cli(
-      [
-        'effects',
-        'redrive',
-        '--job',
-        'payment-reminder',
-        '--window',
-        '2026-11-30T06:30:00Z',
-        ...smtp(),
-        ...w.where,
-      ],
-      clock,
-    );
-    expect(out.code).toBe(1);
-    expect(out.err).toContain(
-      'refused to re-drive payment-reminder 2026-11-30T06:30:00Z: a run (replica-9, epoch 1) still holds the slot ' +
+    // Ten minutes on its lease has ended, but the run may only be frozen: still RUNNING, still refused.
+    await clock.advance(10 * 60_000);
+    const frozen = await redrive();
+    expect(frozen.code).toBe(1);
+    expect(frozen.err).toContain(
+      `refused to re-drive ${slot.jobId} ${slot.window}: a run (replica-9, epoch 1) still holds the slot ` +
         'RUNNING. Its lease ended at 2026-11-30T06:31:30.000Z',
     );
-    expect(out.err).toContain(
-      'slotguard slots release --job payment-reminder --window 2026-11-30T06:30:00Z; then re-drive it.',
+    expect(frozen.err).toContain(
+      `slotguard slots release --job ${slot.jobId} --window ${slot.window}; then re-drive it.`,
     );
-    expect(out.err).toContain('Nothing was written.');
-    expect(
-      await w.backend.backend.ledger.read(
-        { jobId: 'payment-reminder', window: '2026-11-30T06:30:00Z' },
-        hashes[0]!,
-      ),
-    ).toMatchObject({ state: 'FAILED' });
+    expect(frozen.err).toContain('Nothing was written.');
+    expect(await w.backend.backend.ledger.read(slot, hashes[0]!)).toMatchObject({ state: 'FAILED' });
     expect(sink.total()).toBe(0);
   });
 
