@@ -202,7 +202,7 @@ export class PostgresOperatorStore implements OperatorStore {
         return { kind: 'refused', reason: 'state', current: toRecord(slot, guarded), cleared: [] };
       }
       const shards = await this.#lockShards(query, slot, guarded, request);
-      const held = shards.held('running');
+      const held = heldShard(slot, shards.rows.values(), 'running');
       if (held) return { ...held, cleared: [] };
       if (named) {
         const rows = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, named]);
@@ -400,31 +400,22 @@ export class PostgresOperatorStore implements OperatorStore {
   }
 
   /**
-   * Locks the shards of a sharded window (after its own row: the order every operator write takes).
-   * `held(rule)` answers the refusal for the first shard a run holds by `rule`, one under a live
-   * lease before one past its lease. Nothing for a window that is not split.
+   * Locks the shards of a sharded window (after its own row: the order every operator write takes),
+   * each with whether a run's lease on it is live. Nothing for a window that is not split.
    */
   async #lockShards(
     query: TransactionQuery,
     slot: Slot,
     window: SlotRow,
     request: OperatorRequest,
-  ): Promise<{
-    split: boolean;
-    rows: ReadonlyMap<number, ShardRow>;
-    held: (rule: HolderRule) => (Refusal & { kind: 'refused' }) | undefined;
-  }> {
-    if (!isSplit(window)) return { split: false, rows: new Map(), held: () => undefined };
+  ): Promise<{ split: boolean; rows: ReadonlyMap<number, ShardRow> }> {
+    if (!isSplit(window)) return { split: false, rows: new Map() };
     const rows = await query<ShardRow>(this.#sql.lockShardsForOperator, [
       slot.jobId,
       slot.window,
       this.#now(request),
     ]);
-    const held = (rule: HolderRule) => {
-      const holder = rows.find((row) => row.lease_live === true) ?? rows.find((row) => holdsBy(row, rule));
-      return holder ? shardHeld(slot, holder) : undefined;
-    };
-    return { split: true, rows: new Map(rows.map((row) => [row.shard, row])), held };
+    return { split: true, rows: new Map(rows.map((row) => [row.shard, row])) };
   }
 
   /**
@@ -509,6 +500,20 @@ function windowDoneMarks(window: SlotRow, shards: Iterable<ShardRow>): WindowDon
 
 /** Whether a window's row says it is split into shards (rows of older builds are not). */
 const isSplit = (row: SlotRow) => (row.shards ?? 1) > 1;
+
+/**
+ * The refusal for the first of a window's shards a run holds by `rule` (one under a live lease
+ * before one past its lease), or undefined when none is held.
+ */
+function heldShard(
+  slot: Slot,
+  shards: Iterable<ShardRow>,
+  rule: HolderRule,
+): (Refusal & { kind: 'refused' }) | undefined {
+  const rows = [...shards];
+  const holder = rows.find((row) => row.lease_live === true) ?? rows.find((row) => holdsBy(row, rule));
+  return holder ? shardHeld(slot, holder) : undefined;
+}
 
 /** A write refused because a run holds one of the window's shards: that shard, as it is. */
 function shardHeld(slot: Slot, row: ShardRow): Refusal & { kind: 'refused' } {
