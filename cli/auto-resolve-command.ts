@@ -14,7 +14,7 @@ import { duration } from '../shared/watchdog/window-audit.js';
 import { count, ExitCode, iso, renderTable, usageError } from './cli-support.js';
 import type { CommandContext } from './command.js';
 import { MAX_LISTED_WINDOWS } from './slot-commands.js';
-import { backfillCommand, holderName, windowNote } from './slot-view.js';
+import { backfillCommand, holderName, releaseCommand, windowNote } from './slot-view.js';
 
 /**
  * Why an effect of a split window is not run again from here: its window would be split again, but
@@ -219,10 +219,14 @@ function effectNote(effect: InDoubtEffectResult, now: number, graceMs: number): 
         : `${shard}no word yet, grace until ${iso(graceEndsAt(effect, graceMs))}; ${reservedAgo(effect, now)}`;
     case InDoubtOutcome.Refused: {
       const holder = effect.holder;
+      const held = holder?.slot.shard === undefined ? 'the window' : `shard ${holder.slot.shard}`;
       if (effect.refusal === 'lease-live' && holder) {
+        return `${shard}under way: ${holderName(holder.owner)} (epoch ${holder.epoch}) holds ${held} until ${iso(holder.leaseEndsAt)}`;
+      }
+      if (effect.refusal === 'running' && holder) {
         return (
-          `${shard}under way: ${holderName(holder.owner)} (epoch ${holder.epoch}) holds ` +
-          `${holder.slot.shard === undefined ? 'the window' : `shard ${holder.slot.shard}`} until ${iso(holder.leaseEndsAt)}`
+          `${shard}${holderName(holder.owner)} (epoch ${holder.epoch}) holds ${held} RUNNING past its lease: ` +
+          `release it first (${releaseCommand(holder.slot)})`
         );
       }
       if (effect.refusal === 'split-window') return `${shard}split window: not re-run (see below)`;

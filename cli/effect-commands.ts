@@ -1,9 +1,10 @@
 import { liveShardHolding } from '../shared/operator/in-doubt-resolver.js';
 import { EffectResolution } from '../shared/slot/operator-ports.js';
+import type { SlotRecord } from '../shared/slot/ports.js';
 import { effectsResolveAuto, SPLIT_WINDOW_RERUN } from './auto-resolve-command.js';
 import { CliError, iso, usageError } from './cli-support.js';
 import type { CommandContext } from './command.js';
-import { backfillCommand, holderName } from './slot-view.js';
+import { backfillCommand, holderName, releaseCommand } from './slot-view.js';
 import { assertDeliverable, deliverWindows, type WindowDelivery } from './window-delivery.js';
 
 const KEY_HASH = /^[0-9a-f]{8,64}$/;
@@ -124,7 +125,12 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
       const why =
         outcome.reason === 'lease-live'
           ? `a run (${holderName(current.owner)}, epoch ${current.epoch}) holds the slot until ${new Date(current.leaseEndsAt).toISOString()}; wait for it to end`
-          : `the slot moved on to epoch ${current.epoch} (${current.state}) since it was read; look again`;
+          : outcome.reason === 'running'
+            ? releaseFirst(
+                current,
+                'check the provider again (what it reserved is in doubt now) and resolve it',
+              )
+            : `the slot moved on to epoch ${current.epoch} (${current.state}) since it was read; look again`;
       return ctx.refuse(
         {
           outcome: 'refused',
@@ -142,7 +148,7 @@ export async function effectsResolve(ctx: CommandContext): Promise<number> {
 /**
  * `effects redrive`: clears a window's refused (FAILED) effects, every one or the `--key`s named,
  * gives the slot back RELEASED with a fresh deadline (PARTIAL, STUCK, DONE, FAILED or RELEASED;
- * refused while a run holds a live lease), and delivers the window again as `backfill` does. The
+ * refused while a run holds it RUNNING), and delivers the window again as `backfill` does. The
  * next run skips what is done, leaves what is in doubt, and performs the cleared effects: they were
  * refused before they were performed, so this is their first time.
  */
@@ -204,7 +210,9 @@ export async function effectsRedrive(ctx: CommandContext): Promise<number> {
       const why =
         outcome.reason === 'lease-live'
           ? `a run (${holderName(current.owner)}, epoch ${current.epoch}) holds it until ${new Date(current.leaseEndsAt).toISOString()}; wait for it to end`
-          : `it moved on to epoch ${current.epoch} (${current.state}) since it was read; look again: slotguard slots show --job ${spec.id} --window ${slot.window}`;
+          : outcome.reason === 'running'
+            ? releaseFirst(current, 're-drive it')
+            : `it moved on to epoch ${current.epoch} (${current.state}) since it was read; look again: slotguard slots show --job ${spec.id} --window ${slot.window}`;
       const cleared =
         outcome.cleared.length > 0
           ? ` ${outcome.cleared.length} refused effects were cleared before it moved on: the run at epoch ${current.epoch} performs them.`
@@ -266,5 +274,20 @@ export async function effectsRedrive(ctx: CommandContext): Promise<number> {
   return ctx.refuse(
     json,
     `${text}\nThe window did not finish DONE: slotguard slots show --job ${spec.id} --window ${slot.window} says why.`,
+  );
+}
+
+/**
+ * Why a write that deletes effect records waits for a release (the `running` refusal): a run still
+ * holds the slot, or a shard of it, RUNNING past its lease. It may be frozen, not dead, and its late
+ * checkpoint would mark what it sent done by number, over a reservation cleared meanwhile; a release
+ * fences it.
+ */
+function releaseFirst(current: SlotRecord, then: string): string {
+  const held = current.slot.shard === undefined ? 'the slot' : `shard ${current.slot.shard}`;
+  return (
+    `a run (${holderName(current.owner)}, epoch ${current.epoch}) still holds ${held} RUNNING. Its lease ended at ` +
+    `${new Date(current.leaseEndsAt).toISOString()}, but it may be frozen, not dead, and an effect cleared under it ` +
+    `could be sent twice. Release it first, which fences it out: ${releaseCommand(current.slot)}; then ${then}`
   );
 }

@@ -371,6 +371,12 @@ export function backfillCommand(slot: Slot): string {
   return `slotguard backfill --job ${slot.jobId} --from ${slot.window} --to ${windowOf(Date.parse(slot.window) + 60_000)}`;
 }
 
+/** The command that releases one slot: `slotguard slots release --job … --window …` (and `--shard N` for a shard). */
+export function releaseCommand(slot: Slot): string {
+  const shard = slot.shard === undefined ? '' : ` --shard ${slot.shard}`;
+  return `slotguard slots release --job ${slot.jobId} --window ${slot.window}${shard}`;
+}
+
 /** The invocation part of an owner token (`replica-2/4f0c…` → `replica-2`). */
 export function holderName(owner: string | undefined): string {
   if (!owner) return '-';

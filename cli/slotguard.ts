@@ -211,8 +211,10 @@ const COMMANDS: readonly Command[] = [
       '  --mark-done  it went: record it done; no run will send it again\n' +
       '  --rerun      it did not: clear the reservation (and reopen the slot, with a fresh deadline, if it\n' +
       '               is DONE or PARTIAL) so the next delivery, or slotguard backfill, sends it\n' +
-      "Every write is conditioned on the slot's epoch as just read and refused while a run holds a live\n" +
-      'lease; a rejected effect of a window split into shards is not re-run.\n\n' +
+      "Every write is conditioned on the slot's epoch as just read. --mark-done is refused while a run holds\n" +
+      'a live lease; --rerun while a run holds the slot RUNNING at all: one whose lease ended may be frozen,\n' +
+      'not dead, so release it first (slots release). A rejected effect of a window split into shards is not\n' +
+      're-run.\n\n' +
       'Exit code 1 when refused, when the effect is not in doubt (done, or unknown), or, with --auto, while\n' +
       'an effect is left in doubt or was refused, or the --window is not finished.',
     options: {
@@ -255,7 +257,8 @@ const COMMANDS: readonly Command[] = [
       "  3. delivers the window again as backfill does: --function invokes the job's deployed function\n" +
       'The run skips every effect done, leaves effects in doubt in doubt, and performs the cleared ones: they\n' +
       'were refused before they were performed, so nobody gets a second email. Every write is conditioned on\n' +
-      "the slot's epoch as just read and refused while a run holds a live lease.\n\n" +
+      "the slot's epoch as just read and refused while a run holds the slot RUNNING, its lease live or ended\n" +
+      '(one whose lease ended may be frozen, not dead: release it first with slots release).\n\n' +
       'Exit code 1 when refused (nothing written), when a --key is not a refused effect (nothing written), or\n' +
       'when the window was not delivered.',
     options: {

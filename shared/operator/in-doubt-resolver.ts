@@ -59,6 +59,11 @@ export type InDoubtOutcome = (typeof InDoubtOutcome)[keyof typeof InDoubtOutcome
 export type InDoubtRefusal =
   /** The run that reserved it (its window's, or its shard's) holds a live lease: it is under way. */
   | 'lease-live'
+  /**
+   * A run holds the slot RUNNING past its lease, and a re-run is refused until it is released
+   * (HolderRule). Not met on the finished windows the resolver writes to; passed on as the port says.
+   */
+  | 'running'
   /** Rejected, but the window is split into shards, whose finished ones would never send it. */
   | 'split-window'
   /** The slot's epoch moved since it was read: a run claimed it. */
@@ -80,7 +85,7 @@ export interface InDoubtEffectResult {
   readonly reservedAt?: number;
   /** Why it was not written. @default absent: it was written, or left alone */
   readonly refusal?: InDoubtRefusal;
-  /** Who holds it, for a `lease-live` refusal. @default absent: another refusal, or none */
+  /** Who holds it, for a `lease-live` or `running` refusal. @default absent: another refusal, or none */
   readonly holder?: SlotRecord;
 }
 
@@ -253,7 +258,7 @@ async function settle(
       return left(
         InDoubtOutcome.Refused,
         outcome.reason,
-        outcome.reason === 'lease-live' ? outcome.current : undefined,
+        outcome.reason === 'lease-live' || outcome.reason === 'running' ? outcome.current : undefined,
       );
     case 'absent':
       return left(InDoubtOutcome.Refused, 'state');

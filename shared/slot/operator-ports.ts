@@ -1,4 +1,4 @@
-import { type EffectLedger, type EffectRecord, EffectState, type SlotRecord } from './ports.js';
+import { type EffectLedger, type EffectRecord, EffectState, type SlotRecord, SlotState } from './ports.js';
 import type { Slot } from './slot.js';
 
 /**
@@ -29,7 +29,8 @@ export interface OperatorStore {
   /**
    * Resolves an effect left in doubt: `done` records it performed (later runs skip it), `clear`
    * deletes its reservation so a later run performs it, and reopens the slot if it was DONE or
-   * PARTIAL. Refused while a run holds the slot under a live lease.
+   * PARTIAL. `done` is refused while a run holds the slot under a live lease; `clear` while a run
+   * holds it RUNNING at all (see HolderRule): release it first.
    */
   resolveEffect(
     slot: Slot,
@@ -40,11 +41,12 @@ export interface OperatorStore {
   /**
    * Re-drives a window: deletes its FAILED effect records (every one, or the `keyHashes` named,
    * each only if it is still the exact refusal read), then gives the slot back as RELEASED with the
-   * request's deadline, its runs without progress 0 and no checkpoint, whatever its state (PARTIAL,
-   * STUCK, DONE, FAILED, RELEASED, or RUNNING under a lease that ended). The next delivery walks the
+   * request's deadline, its runs without progress 0 and no checkpoint, whatever its state but
+   * RUNNING (PARTIAL, STUCK, DONE, FAILED, RELEASED). The next delivery walks the
    * job again: it skips what is done, leaves what is in doubt in doubt, and performs the cleared
    * effects, which were refused before they were performed, so each happens at most once. Refused,
-   * before anything is deleted, while a run holds a live lease or when the epoch moved.
+   * before anything is deleted, when the epoch moved or while a run holds the slot RUNNING, its
+   * lease live or ended (see HolderRule): release it first.
    */
   redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome>;
 }
@@ -95,7 +97,7 @@ export type OperatorWriteOutcome =
   /** Written; `record` is the slot as it now is. */
   | { readonly kind: 'ok'; readonly record: SlotRecord }
   | { readonly kind: 'absent' }
-  /** Not written: the epoch moved on, the state does not allow it, or a live lease holds it. */
+  /** Not written: the epoch moved on, the state does not allow it, or a run holds the slot. */
   | { readonly kind: 'refused'; readonly reason: RefusalReason; readonly current: SlotRecord };
 
 /** What became of resolving an effect: resolved, or why nothing was written. */
@@ -120,7 +122,7 @@ export type RedriveOutcome =
   | { readonly kind: 'redriven'; readonly record: SlotRecord; readonly cleared: readonly EffectRecord[] }
   | { readonly kind: 'absent' }
   /**
-   * Not given back: a live lease, or the epoch moved. Refused before any effect was deleted, unless
+   * Not given back: a run holds the slot, or the epoch moved. Refused before any effect was deleted, unless
    * the epoch moved while they were (`cleared` then lists them: the run that moved it performs them).
    */
   | {
@@ -141,8 +143,43 @@ export type RefusalReason =
   | 'epoch-moved'
   /** A holder's lease is live. */
   | 'lease-live'
+  /**
+   * A holder's lease has ended but it still holds the slot RUNNING, and the write would delete effect
+   * records (see HolderRule): release the slot first (OperatorStore.forceRelease), then write again.
+   */
+  | 'running'
   /** The slot's state does not allow this write (releasing a DONE slot, reopening a RUNNING one). */
   | 'state';
+
+/**
+ * Which holder of a RUNNING slot refuses an operator write.
+ * - `live-lease`: one whose lease is live (a release; marking an effect done, which never makes
+ *   anything run again).
+ * - `running`: any, its lease ended too: a write that deletes effect records (`clear`, a re-drive).
+ *   A holder past its lease may be frozen, not dead. While the slot is RUNNING at its epoch, its
+ *   late checkpoint is accepted, and the done marks it carries cover reservations by number: one an
+ *   operator deleted meanwhile is gone from the ledger, and the next run performs it a second time.
+ *   A release fences the holder (its checkpoint is rejected, and it marks its sends done on their
+ *   own records instead), so the write is allowed once the slot is released. A SHARDED window is
+ *   held by its shards, whose leases its own record does not show: refused too (as `state`).
+ */
+export type HolderRule = 'live-lease' | 'running';
+
+/**
+ * Why an operator write fenced on `request` was refused, from the slot as it is now, for a store that
+ * judges leases by the request's clock: the epoch moved; a holder refuses it by `rule`; else the
+ * slot's state. Without a rule no holder is the reason (a reopen: only a finished slot reopens).
+ */
+export function refusalReason(
+  current: SlotRecord,
+  request: OperatorRequest,
+  rule: HolderRule | undefined,
+): RefusalReason {
+  if (current.epoch !== request.expectedEpoch) return 'epoch-moved';
+  if (rule === undefined || current.state !== SlotState.Running) return 'state';
+  if (current.leaseEndsAt >= request.now) return 'lease-live';
+  return rule === 'running' ? 'running' : 'state';
+}
 
 /**
  * The FAILED effects a re-drive clears (see OperatorStore.redrive), as an adapter without

@@ -447,6 +447,82 @@ export function describeOperatorContract(
       expect(await backend.ledger.read(slot, 'ee01')).toMatchObject({ state: 'RESERVED' });
     });
 
+    /*
+     * A holder whose lease ended may be frozen, not dead: until the slot is released its late
+     * checkpoint is accepted, and the done marks it carries cover its reservations by number, so a
+     * reservation cleared meanwhile would read as never sent and be sent again.
+     */
+    describe('while a holder past its lease still holds the slot RUNNING', () => {
+      /** A slot RUNNING at epoch 1 whose holder reserved `key` (seq 0) and froze; the time its lease is over. */
+      async function frozenHolder(backend: OperatorContractBackend, key: string) {
+        const slot = freshSlot();
+        const holder = await claim(backend.claims, slot, 'frozen', T0);
+        await backend.ledger.reserve(holder, key, { rerunInDoubt: false, now: T0, seq: 0 });
+        return { slot, holder, now: T0 + LEASE + 1 };
+      }
+
+      it('refuses to clear an effect while the slot is RUNNING with an expired lease, answering running: release it first', async () => {
+        const backend = await makeBackend();
+        const { slot, holder, now } = await frozenHolder(backend, 'ea01');
+        const outcome = await backend.operator.resolveEffect(slot, 'ea01', 'clear', {
+          expectedEpoch: 1,
+          now,
+        });
+        expect(outcome).toMatchObject({
+          kind: 'refused',
+          reason: 'running',
+          current: { state: 'RUNNING', epoch: 1, owner: 'frozen' },
+        });
+        expect(await backend.ledger.read(slot, 'ea01')).toMatchObject({ state: 'RESERVED', epoch: 1 });
+        // The holder thaws: its marks are accepted and cover what it sent, which stays done.
+        const marks = { '1': { below: 1, open: [] } };
+        const walking = { positions: { customers: '1' }, walked: false };
+        expect(await backend.claims.checkpoint(holder, walking, runSummary(1, 1), marks)).toEqual({
+          kind: 'ok',
+        });
+        expect(await backend.ledger.read(slot, 'ea01')).toMatchObject({ state: 'DONE' });
+      });
+
+      it('clears the same effect once the slot is released, and the released holder’s late marks are rejected', async () => {
+        const backend = await makeBackend();
+        const { slot, holder, now } = await frozenHolder(backend, 'eb01');
+        const request = { expectedEpoch: 1, now };
+        expect(
+          await backend.operator.forceRelease(slot, { ...request, evenIfLeaseLive: false }),
+        ).toMatchObject({
+          kind: 'ok',
+          record: { state: 'RELEASED', epoch: 1 },
+        });
+        expect(await backend.operator.resolveEffect(slot, 'eb01', 'clear', request)).toMatchObject({
+          kind: 'resolved',
+          resolution: 'clear',
+          before: { state: 'RESERVED', epoch: 1, owner: 'frozen' },
+          slotReopened: false,
+        });
+        expect(await backend.ledger.read(slot, 'eb01')).toBeUndefined();
+        const marks = { '1': { below: 1, open: [] } };
+        const walking = { positions: { customers: '1' }, walked: false };
+        expect(await backend.claims.checkpoint(holder, walking, runSummary(1, 1), marks)).toMatchObject({
+          kind: 'fenced',
+        });
+        const next = await claim(backend.claims, slot, 'next', now + 1);
+        expect(next.epoch).toBe(2);
+        expect(
+          await backend.ledger.reserve(next, 'eb01', { rerunInDoubt: false, now: now + 1, seq: 0 }),
+        ).toEqual({ kind: 'reserved', rerun: false, attempt: 1 });
+      });
+
+      it('marks an effect done while the slot is RUNNING with an expired lease: that never sends it again', async () => {
+        const backend = await makeBackend();
+        const { slot, now } = await frozenHolder(backend, 'ec01');
+        expect(
+          await backend.operator.resolveEffect(slot, 'ec01', 'done', { expectedEpoch: 1, now }),
+        ).toMatchObject({ kind: 'resolved', resolution: 'done', slotReopened: false });
+        expect(await backend.ledger.read(slot, 'ec01')).toMatchObject({ state: 'DONE' });
+        expect(await backend.claims.read(slot)).toMatchObject({ state: 'RUNNING', epoch: 1 });
+      });
+    });
+
     it('answers an effect that is done or unknown instead of writing it', async () => {
       const backend = await makeBackend();
       const slot = freshSlot();
@@ -577,12 +653,12 @@ export function describeOperatorContract(
       });
     });
 
-    it('refuses while a run holds a live lease, and when the epoch moved, deleting nothing', async () => {
+    it('refuses while a run holds the slot RUNNING, its lease live or ended, and when the epoch moved, deleting nothing; re-drives once it is released', async () => {
       const backend = await makeBackend();
       const slot = freshSlot();
-      const live = await claim(backend.claims, slot, 'live', T0);
-      await backend.ledger.reserve(live, 'ff01', { rerunInDoubt: false, now: T0 });
-      await backend.ledger.recordFailure(live, 'ff01', {
+      const holder = await claim(backend.claims, slot, 'holder', T0);
+      await backend.ledger.reserve(holder, 'ff01', { rerunInDoubt: false, now: T0 });
+      await backend.ledger.recordFailure(holder, 'ff01', {
         attempts: 1,
         retryAt: T0 + 60_000,
         reason: 'throttled',
@@ -599,8 +675,54 @@ export function describeOperatorContract(
         reason: 'epoch-moved',
         cleared: [],
       });
+      // Its lease ended, but the holder may only be frozen: release it first.
+      const later = { ...request, now: T0 + LEASE + 1 };
+      expect(await backend.operator.redrive(slot, later)).toMatchObject({
+        kind: 'refused',
+        reason: 'running',
+        cleared: [],
+        current: { state: 'RUNNING', epoch: 1, owner: 'holder' },
+      });
       expect(await backend.ledger.read(slot, 'ff01')).toMatchObject({ state: 'FAILED' });
       expect(await backend.operator.redrive(freshSlot(), request)).toEqual({ kind: 'absent' });
+
+      expect(await backend.operator.forceRelease(slot, { ...later, evenIfLeaseLive: false })).toMatchObject({
+        kind: 'ok',
+      });
+      expect(await backend.operator.redrive(slot, later)).toMatchObject({
+        kind: 'redriven',
+        cleared: [{ keyHash: 'ff01' }],
+        record: { state: 'RELEASED', epoch: 1, deadline: FRESH_DEADLINE },
+      });
+    });
+
+    it('refuses to clear an effect or re-drive while the window is SHARDED: its shards run it', async () => {
+      const backend = await makeBackend();
+      const window = freshSlot();
+      const coordinator = await backend.claims.claim(window, { ...lease('coordinator'), shards: 2 }, T0);
+      if (coordinator.kind !== 'claimed') throw new Error(coordinator.kind);
+      expect(await backend.claims.release(coordinator.claim, { kind: 'sharded', shards: 2 }, T0 + 1)).toEqual(
+        {
+          kind: 'ok',
+        },
+      );
+      const shard = await backend.claims.claim({ ...window, shard: 0 }, lease('shard-0'), T0 + 2);
+      if (shard.kind !== 'claimed') throw new Error(shard.kind);
+      await backend.ledger.reserve(shard.claim, 'ga01', { rerunInDoubt: false, now: T0 + 2 });
+      await backend.ledger.reserve(shard.claim, 'gb01', { rerunInDoubt: false, now: T0 + 2 });
+      await backend.ledger.recordFailure(shard.claim, 'gb01', { attempts: 5, reason: 'rejected' });
+
+      // Shard 0's lease has ended; it may be frozen, and the window's record holds no lease to show it.
+      const request = { expectedEpoch: 1, now: T0 + 2 + LEASE + 1, deadline: FRESH_DEADLINE };
+      const sharded = { kind: 'refused', reason: 'state', current: { state: 'SHARDED', epoch: 1 } };
+      expect(await backend.operator.resolveEffect(window, 'ga01', 'clear', request)).toMatchObject(sharded);
+      expect(await backend.operator.redrive(window, request)).toMatchObject({ ...sharded, cleared: [] });
+      expect(await backend.ledger.read(window, 'ga01')).toMatchObject({
+        state: 'RESERVED',
+        owner: 'shard-0',
+      });
+      expect(await backend.ledger.read(window, 'gb01')).toMatchObject({ state: 'FAILED' });
+      expect(await backend.claims.read(window)).toMatchObject({ state: 'SHARDED', epoch: 1 });
     });
 
     it("keeps a window's done marks through a redrive: what they cover stays done", async () => {

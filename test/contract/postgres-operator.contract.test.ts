@@ -200,29 +200,76 @@ describe('Postgres operator store: sharded windows', () => {
     expect(await claims.read(shard(1))).toMatchObject({ state: 'RELEASED', epoch: 1, deadline });
   });
 
-  it('refuses to re-drive while a shard’s lease is live, before clearing anything', async () => {
+  it('refuses to re-drive while the window or one of its shards is RUNNING, its lease live or ended, before clearing anything', async () => {
     const { claims, ledger, operator } = await openSchema();
     const window = freshWindow();
     const t0 = Date.parse(window.window) + 5_000;
-    // The coordinator sent the shard messages and died before handing the window out.
+    // The coordinator sent the shard messages and froze before handing the window out.
     await claimed(claims, window, 'coordinator', t0);
     const s0 = await claimed(claims, { ...window, shard: 0 }, 's0', t0 + 1);
     await ledger.reserve(s0, 'k0', { rerunInDoubt: false, now: t0 + 2 });
     await ledger.recordFailure(s0, 'k0', { attempts: 1, reason: 'rejected' });
     expect(await claims.renew(s0, LEASE, t0 + LEASE - 1)).toMatchObject({ kind: 'renewed' });
+    const redrive = (now: number) =>
+      operator.redrive(window, { expectedEpoch: 1, now, deadline: now + 3_600_000 });
 
-    // The coordinator's lease has ended; shard 0's, renewed, has not.
+    // The coordinator's lease has ended, but it still holds the window RUNNING: release it first.
     const now = t0 + LEASE + 1;
+    expect(await redrive(now)).toMatchObject({
+      kind: 'refused',
+      reason: 'running',
+      current: { slot: window, owner: 'coordinator', state: 'RUNNING' },
+      cleared: [],
+    });
     expect(
-      await operator.redrive(window, { expectedEpoch: 1, now, deadline: now + 3_600_000 }),
-    ).toMatchObject({
+      await operator.forceRelease(window, { expectedEpoch: 1, now, evenIfLeaseLive: false }),
+    ).toMatchObject({ kind: 'ok', record: { state: 'RELEASED' } });
+    // Shard 0's lease, renewed, is live; once it ends, its run still holds the shard RUNNING.
+    expect(await redrive(now + 1)).toMatchObject({
       kind: 'refused',
       reason: 'lease-live',
       current: { slot: { shard: 0 }, owner: 's0', state: 'RUNNING' },
       cleared: [],
     });
+    expect(await redrive(t0 + 2 * LEASE)).toMatchObject({
+      kind: 'refused',
+      reason: 'running',
+      current: { slot: { shard: 0 }, owner: 's0', state: 'RUNNING' },
+      cleared: [],
+    });
     expect(await ledger.read(window, 'k0')).toMatchObject({ state: 'FAILED' });
-    expect(await claims.read(window)).toMatchObject({ state: 'RUNNING', owner: 'coordinator' });
+    expect(await claims.read({ ...window, shard: 0 })).toMatchObject({ state: 'RUNNING', owner: 's0' });
+  });
+
+  it('refuses to clear an effect while the shard that reserved it is RUNNING, its lease ended, and marks it done', async () => {
+    const { claims, ledger, operator } = await openSchema();
+    const { window, t0, shard } = await handedOut(claims);
+    const s0 = await claimed(claims, shard(0), 's0', t0 + 2);
+    await ledger.reserve(s0, 'k0', { rerunInDoubt: false, now: t0 + 3 });
+    // Shard 0's holder froze after sending k0; shard 1 ended.
+    const s1 = await claimed(claims, shard(1), 's1', t0 + 2);
+    expect(await claims.complete(s1, summary(1), t0 + 4)).toEqual({ kind: 'ok' });
+    await ended(claims, window, 1, t0 + 4);
+
+    const request = { expectedEpoch: 1, now: t0 + 2 + LEASE + 1, deadline: t0 + 3_600_000 };
+    // A SHARDED window refuses any clear (its shards run it).
+    expect(await operator.resolveEffect(window, 'k0', 'clear', request)).toMatchObject({
+      kind: 'refused',
+      reason: 'state',
+    });
+    // The shard's own rule holds on a finished window too, though no run finishes one whose shard is
+    // still RUNNING: shard 0's end recorded here by hand.
+    await ended(claims, window, 0, t0 + 5, 'shard 0 of 2 ended STUCK: its holder froze');
+    expect(await claims.read(window)).toMatchObject({ state: 'STUCK' });
+    expect(await operator.resolveEffect(window, 'k0', 'clear', request)).toMatchObject({
+      kind: 'refused',
+      reason: 'running',
+      current: { slot: { shard: 0 }, owner: 's0', epoch: 1, state: 'RUNNING' },
+    });
+    expect(await ledger.read(window, 'k0')).toMatchObject({ state: 'RESERVED', owner: 's0' });
+    // Marking it done never sends anything again: a holder past its lease does not refuse it.
+    expect(await operator.resolveEffect(window, 'k0', 'done', request)).toMatchObject({ kind: 'resolved' });
+    expect(await ledger.read(window, 'k0')).toMatchObject({ state: 'DONE' });
   });
 
   it('releases a STUCK sharded window with its STUCK shard, which resumes from its checkpoint, and leaves its DONE shard done', async () => {

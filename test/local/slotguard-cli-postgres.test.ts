@@ -101,4 +101,31 @@ describe('slotguard on Postgres', () => {
     expect(again.code).toBe(1);
     expect(again.err).toContain('is not in doubt: it is DONE');
   });
+
+  it('refuses --rerun while a frozen run holds the slot RUNNING past its lease by the database clock, naming slots release, and clears it once released', async () => {
+    const { schema, backend, cli } = await world();
+    const slot = { jobId: JOB, window: '2026-11-30T06:30:00Z' };
+    const key = backend.hashKey('inv-1');
+    const frozen = await claimOrFail(backend, slot, 'replica-9/abc');
+    await backend.ledger.reserve(frozen, key, { rerunInDoubt: false, now: Date.now() });
+    await postgres.ageLease(schema, slot, 2 * LEASE);
+    const rerun = ['effects', 'resolve', '--job', JOB, '--window', slot.window, '--key', key, '--rerun'];
+
+    const refused = await cli([...rerun, '--json']);
+    expect(refused.code).toBe(1);
+    expect(JSON.parse(refused.out)).toMatchObject({
+      outcome: 'refused',
+      reason: 'running',
+      current: { state: 'RUNNING', epoch: 1 },
+      message: expect.stringContaining(
+        `Release it first, which fences it out: slotguard slots release --job ${JOB} --window ${slot.window};`,
+      ),
+    });
+    expect(await backend.ledger.read(slot, key)).toMatchObject({ state: 'RESERVED', epoch: 1 });
+
+    expect(await cli(['slots', 'release', '--job', JOB, '--window', slot.window])).toMatchObject({ code: 0 });
+    const cleared = await cli(rerun);
+    expect(cleared.code).toBe(0);
+    expect(await backend.ledger.read(slot, key)).toBeUndefined();
+  });
 });

@@ -1323,6 +1323,47 @@ describe('slotguard slots for a window split into shards', () => {
   });
 });
 
+describe('slotguard effects resolve --rerun on a window a frozen run still holds', () => {
+  it('refuses while the run holds it RUNNING past its lease, naming slots release, and clears it once released', async () => {
+    const clock = new ManualClock(at('06:45') + 5_000);
+    const w = await world(clock);
+    const { ledger } = w.backend.backend;
+    const slot = { jobId: 'payment-reminder', window: '2026-11-30T06:45:00Z' };
+    const frozen = await claimWindow(w, '06:45', clock.now());
+    const [hash] = await invoiceHashes(w, '06:45');
+    await ledger.reserve(frozen, hash!, { rerunInDoubt: false, now: clock.now() });
+    // Ten minutes on its lease is long over, but the run may only be frozen: the window stays RUNNING.
+    await clock.advance(10 * 60_000);
+    const window = ['--job', 'payment-reminder', '--window', slot.window];
+    const rerun = ['effects', 'resolve', ...window, '--key', hash!, '--rerun', ...w.where];
+
+    const refused = await cli(rerun, clock);
+    expect(refused.code).toBe(1);
+    expect(refused.err).toContain(
+      `refused to resolve ${hash}: a run (replica-9, epoch 1) still holds the slot RUNNING. Its lease ended at ` +
+        '2026-11-30T06:46:05.000Z, but it may be frozen, not dead',
+    );
+    expect(refused.err).toContain(
+      'Release it first, which fences it out: slotguard slots release --job payment-reminder --window ' +
+        '2026-11-30T06:45:00Z; then check the provider again',
+    );
+    expect(refused.err).toContain('Nothing was written.');
+    const json = await cli([...rerun, '--json'], clock);
+    expect(JSON.parse(json.out)).toMatchObject({
+      outcome: 'refused',
+      reason: 'running',
+      current: { state: 'RUNNING', epoch: 1 },
+    });
+    expect(await ledger.read(slot, hash!)).toMatchObject({ state: 'RESERVED', epoch: 1 });
+
+    expect(await cli(['slots', 'release', ...window, ...w.where], clock)).toMatchObject({ code: 0 });
+    const cleared = await cli(rerun, clock);
+    expect(cleared.code).toBe(0);
+    expect(cleared.out).toContain(`cleared ${hash} in payment-reminder ${slot.window}. The next delivery`);
+    expect(await ledger.read(slot, hash!)).toBeUndefined();
+  });
+});
+
 describe('slotguard effects redrive', () => {
   const smtp = () => ['--smtp', `${sink.host}:${sink.port}`, '--invoices', String(INVOICES)];
 
@@ -1395,43 +1436,41 @@ describe('slotguard effects redrive', () => {
     });
   });
 
-  it('refuses while a run holds the window under a live lease, deleting nothing', async () => {
+  it('refuses while a run holds the window RUNNING, its lease live or ended (then naming slots release), deleting nothing', async () => {
     const clock = new ManualClock(at('06:31'));
     const w = await world(clock);
+    const slot = { jobId: 'payment-reminder', window: '2026-11-30T06:30:00Z' };
     const hashes = await invoiceHashes(w, '06:30');
-    const live = await claimWindow(w, '06:30', at('06:30') + 30_000);
-    await w.backend.backend.ledger.reserve(live, hashes[0]!, { rerunInDoubt: false, now: at('06:30') });
-    await w.backend.backend.ledger.recordFailure(live, hashes[0]!, {
+    const holder = await claimWindow(w, '06:30', at('06:30') + 30_000);
+    await w.backend.backend.ledger.reserve(holder, hashes[0]!, { rerunInDoubt: false, now: at('06:30') });
+    await w.backend.backend.ledger.recordFailure(holder, hashes[0]!, {
       attempts: 1,
       retryAt: at('06:32'),
       reason: 'throttled',
     });
-    const out = await cli(
-      [
-        'effects',
-        'redrive',
-        '--job',
-        'payment-reminder',
-        '--window',
-        '2026-11-30T06:30:00Z',
-        ...smtp(),
-        ...w.where,
-      ],
-      clock,
-    );
-    expect(out.code).toBe(1);
-    expect(out.err).toContain(
+    const redrive = () =>
+      cli(['effects', 'redrive', '--job', slot.jobId, '--window', slot.window, ...smtp(), ...w.where], clock);
+
+    const live = await redrive();
+    expect(live.code).toBe(1);
+    expect(live.err).toContain(
       'a run (replica-9, epoch 1) holds it until 2026-11-30T06:31:30.000Z; wait for it to end',
     );
-    expect(out.err).toContain('Nothing was written.');
-    expect(
-      await w.backend.backend.ledger.read(
-        { jobId: 'payment-reminder', window: '2026-11-30T06:30:00Z' },
-        hashes[0]!,
-      ),
-    ).toMatchObject({
-      state: 'FAILED',
-    });
+    expect(live.err).toContain('Nothing was written.');
+
+    // Ten minutes on its lease has ended, but the run may only be frozen: still RUNNING, still refused.
+    await clock.advance(10 * 60_000);
+    const frozen = await redrive();
+    expect(frozen.code).toBe(1);
+    expect(frozen.err).toContain(
+      `refused to re-drive ${slot.jobId} ${slot.window}: a run (replica-9, epoch 1) still holds the slot ` +
+        'RUNNING. Its lease ended at 2026-11-30T06:31:30.000Z',
+    );
+    expect(frozen.err).toContain(
+      `slotguard slots release --job ${slot.jobId} --window ${slot.window}; then re-drive it.`,
+    );
+    expect(frozen.err).toContain('Nothing was written.');
+    expect(await w.backend.backend.ledger.read(slot, hashes[0]!)).toMatchObject({ state: 'FAILED' });
     expect(sink.total()).toBe(0);
   });
 

@@ -9,6 +9,7 @@ import { StoreError } from '../../errors.js';
 import {
   type EffectResolution,
   failedEffectsToClear,
+  type HolderRule,
   type OperatorRequest,
   type OperatorStore,
   type OperatorWriteOutcome,
@@ -17,6 +18,7 @@ import {
   type RefusalReason,
   type ReleaseRequest,
   type ResolveEffectOutcome,
+  refusalReason,
 } from '../../slot/operator-ports.js';
 import { type EffectRecord, EffectState, type SlotRecord, SlotState } from '../../slot/ports.js';
 import { canonicalSlot, type Slot } from '../../slot/slot.js';
@@ -83,12 +85,7 @@ export class DynamoOperatorStore implements OperatorStore {
         ':stuck': str(SlotState.Stuck),
       },
       isDone: (record) => record.state === SlotState.Released && record.epoch === request.expectedEpoch,
-      refusal: (current) =>
-        current.epoch !== request.expectedEpoch
-          ? 'epoch-moved'
-          : current.state === SlotState.Running && current.leaseEndsAt >= request.now
-            ? 'lease-live'
-            : 'state',
+      refusal: (current) => refusalReason(current, request, 'live-lease'),
     });
   }
 
@@ -108,18 +105,18 @@ export class DynamoOperatorStore implements OperatorStore {
       condition: '#epoch = :expected AND (#state = :done OR #state = :partial)',
       values: { ':done': str(SlotState.Done), ':partial': str(SlotState.Partial) },
       isDone: (record) => record.state === SlotState.Released && record.epoch === request.expectedEpoch,
-      refusal: (current) => (current.epoch !== request.expectedEpoch ? 'epoch-moved' : 'state'),
+      refusal: (current) => refusalReason(current, request, undefined),
     });
   }
 
   /*
    * Timeline of a re-drive (PARTIAL at epoch 2, effects bb and cc FAILED):
    *   t0  operator reads the slot: PARTIAL, epoch 2
-   *   t1  UpdateItem on the slot if epoch = 2 AND no live lease (records the action): no run is
-   *       working on it, and it is as the operator saw it
+   *   t1  UpdateItem on the slot if epoch = 2 AND not RUNNING (records the action): no run holds
+   *       it, not even one past its lease (see HolderRule), and it is as the operator saw it
    *   t2  each FAILED effect: DeleteItem if it is still that exact refusal (FAILED, epoch, owner,
    *       attempts): a record a run re-reserved meanwhile is left to that run
-   *   t3  UpdateItem if epoch = 2 AND no live lease → RELEASED, the new deadline, runs without
+   *   t3  UpdateItem if epoch = 2 AND not RUNNING → RELEASED, the new deadline, runs without
    *       progress 0, no checkpoint, no retry wait
    *   t4  a delivery claims it: epoch 3, walks the job, skips what is done, performs bb and cc
    * The effects go first: a crash between t2 and t3 leaves the slot PARTIAL with fewer failures on
@@ -128,7 +125,7 @@ export class DynamoOperatorStore implements OperatorStore {
    */
   async redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome> {
     slot = canonicalSlot(slot);
-    const guard = await this.#slotWrite(slot, request, noLiveRun(request, 'redrive'));
+    const guard = await this.#slotWrite(slot, request, noHolder(request, 'running', 'redrive'));
     if (guard.kind === 'absent') return guard;
     if (guard.kind === 'refused') return { ...guard, cleared: [] };
 
@@ -140,7 +137,7 @@ export class DynamoOperatorStore implements OperatorStore {
     }
 
     const reopened = await this.#slotWrite(slot, request, {
-      ...noLiveRun(request, 'redriven'),
+      ...noHolder(request, 'running', 'redriven'),
       update: givingBack(request, { rewalk: true }),
       isDone: (record) => record.state === SlotState.Released && record.epoch === request.expectedEpoch,
     });
@@ -159,8 +156,10 @@ export class DynamoOperatorStore implements OperatorStore {
   /*
    * Timeline of resolving an effect in doubt (RESERVED at epoch 1 by a holder that crashed):
    *   t0  operator reads slot (DONE, epoch 2) and effect (RESERVED, epoch 1, owner o1)
-   *   t1  UpdateItem on the slot if epoch = 2 AND no live lease (records the action): the slot is
-   *       as the operator saw it, and no run is working on it
+   *   t1  UpdateItem on the slot if epoch = 2 AND no run holds it (records the action): the slot is
+   *       as the operator saw it, and no run is working on it. For `clear`, not RUNNING at all: a
+   *       holder past its lease may be frozen, and its late done marks would cover the deleted
+   *       reservation (see HolderRule); for `done`, no live lease
    *   t2  the effect: done → UpdateItem to DONE; clear → DeleteItem; both only if it is still that
    *       exact reservation (RESERVED, epoch 1, owner o1)
    *   t3  clear on a DONE or PARTIAL slot: reopen it, fenced on epoch 2, so a later delivery performs it;
@@ -179,7 +178,9 @@ export class DynamoOperatorStore implements OperatorStore {
     const guard = await this.#slotWrite(
       slot,
       request,
-      noLiveRun(request, `${resolution === 'done' ? 'marked-done' : 'cleared'} ${keyHash}`),
+      resolution === 'done'
+        ? noHolder(request, 'live-lease', `marked-done ${keyHash}`)
+        : noHolder(request, 'running', `cleared ${keyHash}`),
     );
     if (guard.kind !== 'ok') return guard;
 
@@ -418,22 +419,22 @@ function givingBack(request: OperatorRequest, options: { readonly rewalk?: boole
 
 /**
  * A slot write that changes nothing but the operator's note, conditioned on the epoch read and on no
- * run holding a live lease: the guard before writes to a slot's effects.
+ * run holding the slot as `rule` says: under a live lease, or (`running`) RUNNING at all, nor a
+ * SHARDED window's shards, whose leases its record does not show (refused as `state`). The guard
+ * before writes to a slot's effects.
  */
-function noLiveRun(request: OperatorRequest, action: string) {
+function noHolder(request: OperatorRequest, rule: HolderRule, action: string) {
+  const free =
+    rule === 'running'
+      ? '#state <> :running AND #state <> :sharded'
+      : 'NOT (#state = :running AND #leaseUntil >= :now)';
   return {
     action,
     update: 'SET #operatorAction = :action',
-    condition:
-      '#epoch = :expected AND attribute_exists(#state) AND NOT (#state = :running AND #leaseUntil >= :now)',
-    values: { ':running': str(SlotState.Running) },
+    condition: `#epoch = :expected AND attribute_exists(#state) AND ${free}`,
+    values: { ':running': str(SlotState.Running), ':sharded': str(SlotState.Sharded) },
     isDone: (_record: SlotRecord) => false,
-    refusal: (current: SlotRecord): RefusalReason =>
-      current.epoch !== request.expectedEpoch
-        ? 'epoch-moved'
-        : current.state === SlotState.Running && current.leaseEndsAt >= request.now
-          ? 'lease-live'
-          : 'state',
+    refusal: (current: SlotRecord) => refusalReason(current, request, rule),
   };
 }
 

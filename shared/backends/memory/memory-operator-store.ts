@@ -2,6 +2,7 @@ import { StoreError } from '../../errors.js';
 import {
   type EffectResolution,
   failedEffectsToClear,
+  type HolderRule,
   type OperatorRequest,
   type OperatorStore,
   type OperatorWriteOutcome,
@@ -10,6 +11,7 @@ import {
   type RefusalReason,
   type ReleaseRequest,
   type ResolveEffectOutcome,
+  refusalReason,
 } from '../../slot/operator-ports.js';
 import { type EffectRecord, EffectState, type SlotRecord, SlotState } from '../../slot/ports.js';
 import { canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
@@ -60,7 +62,7 @@ export class MemoryOperatorStore implements OperatorStore {
             (request.evenIfLeaseLive || (item.leaseUntil ?? 0) < request.now))),
       write: (item) => givenBack(item, request),
       isDone: releasedAt(request),
-      refusal: refusalOf(request),
+      refusal: (current) => refusalReason(current, request, 'live-lease'),
     });
   }
 
@@ -70,13 +72,13 @@ export class MemoryOperatorStore implements OperatorStore {
       condition: (item) => item.epoch === request.expectedEpoch && isFinished(item.state),
       write: (item) => givenBack(item, request, { rewalk: true }),
       isDone: releasedAt(request),
-      refusal: (current) => (current.epoch !== request.expectedEpoch ? 'epoch-moved' : 'state'),
+      refusal: (current) => refusalReason(current, request, undefined),
     });
   }
 
   // Timeline: DynamoOperatorStore.redrive.
   async redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome> {
-    const guard = await this.#slotWrite(slot, noLiveRun(request));
+    const guard = await this.#slotWrite(slot, noHolder(request, 'running'));
     if (guard.kind === 'absent') return guard;
     if (guard.kind === 'refused') return { ...guard, cleared: [] };
 
@@ -92,7 +94,7 @@ export class MemoryOperatorStore implements OperatorStore {
     }
 
     const reopened = await this.#slotWrite(slot, {
-      ...noLiveRun(request),
+      ...noHolder(request, 'running'),
       write: (item) => givenBack(item, request, { rewalk: true }),
       isDone: releasedAt(request),
     });
@@ -107,7 +109,10 @@ export class MemoryOperatorStore implements OperatorStore {
     resolution: EffectResolution,
     request: OperatorRequest,
   ): Promise<ResolveEffectOutcome> {
-    const guard = await this.#slotWrite(slot, noLiveRun(request));
+    const guard = await this.#slotWrite(
+      slot,
+      noHolder(request, resolution === 'clear' ? 'running' : 'live-lease'),
+    );
     if (guard.kind !== 'ok') return guard;
 
     const before = await this.#ledger.read(slot, keyHash);
@@ -137,7 +142,7 @@ export class MemoryOperatorStore implements OperatorStore {
           return summary ? { ...item, summary: JSON.stringify(summary) } : item;
         },
         isDone: () => false,
-        refusal: refusalOf(request),
+        refusal: (current) => refusalReason(current, request, 'live-lease'),
       });
     }
     return { kind: 'resolved', resolution, before, slotReopened };
@@ -226,25 +231,21 @@ function givenBack(item: SlotItem, request: OperatorRequest, options: { rewalk?:
   };
 }
 
-/** A write that changes nothing, conditioned on the epoch read and on no run holding a live lease. */
-function noLiveRun(request: OperatorRequest) {
+/**
+ * A write that changes nothing, conditioned on the epoch read and on no run holding the slot as
+ * `rule` says (DynamoOperatorStore's `noHolder`): for `running`, nor a SHARDED window's shards.
+ */
+function noHolder(request: OperatorRequest, rule: HolderRule) {
+  const held = (item: SlotItem) =>
+    rule === 'running'
+      ? item.state === SlotState.Running || item.state === SlotState.Sharded
+      : item.state === SlotState.Running && (item.leaseUntil ?? 0) >= request.now;
   return {
-    condition: (item: SlotItem) =>
-      item.epoch === request.expectedEpoch &&
-      !(item.state === SlotState.Running && (item.leaseUntil ?? 0) >= request.now),
+    condition: (item: SlotItem) => item.epoch === request.expectedEpoch && !held(item),
     write: (item: SlotItem) => item,
     isDone: () => false,
-    refusal: refusalOf(request),
+    refusal: (current: SlotRecord) => refusalReason(current, request, rule),
   };
-}
-
-function refusalOf(request: OperatorRequest) {
-  return (current: SlotRecord): RefusalReason =>
-    current.epoch !== request.expectedEpoch
-      ? 'epoch-moved'
-      : current.state === SlotState.Running && current.leaseEndsAt >= request.now
-        ? 'lease-live'
-        : 'state';
 }
 
 function releasedAt(request: OperatorRequest) {

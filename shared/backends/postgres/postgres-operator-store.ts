@@ -3,6 +3,7 @@ import { ConfigurationError, StoreError } from '../../errors.js';
 import { effectiveInWindow, type WindowDoneMarks, windowDoneMarksOf } from '../../slot/done-marks.js';
 import type {
   EffectResolution,
+  HolderRule,
   OperatorRequest,
   OperatorStore,
   OperatorWriteOutcome,
@@ -104,9 +105,11 @@ type Refusal = Extract<OperatorWriteOutcome, { kind: 'absent' | 'refused' }>;
  *   STUCK or FAILED shard, its checkpoint kept; DONE, PARTIAL and running shards stay as they are.
  * - reopen (DONE or PARTIAL) gives every shard back for a re-walk, as the window's own row is.
  * - redrive deletes the window's FAILED effects, whichever shard refused them, and gives every shard
- *   back for a re-walk; refused (lease-live, naming the shard) while a shard's lease is live.
- * - resolveEffect checks the lease of the shard that wrote the effect (lease-live, naming it), and a
- *   `clear` on a finished window reopens it, shards and all.
+ *   back for a re-walk; refused, naming the shard, while a run holds one RUNNING (lease-live while
+ *   its lease is live, running once it has ended: see HolderRule).
+ * - resolveEffect checks the shard that wrote the effect, naming it: a `done` is refused while its
+ *   run's lease is live, a `clear` while it is RUNNING at all; a `clear` on a finished window
+ *   reopens it, shards and all.
  * While a window is SHARDED its shards are running it: forceRelease, reopen and redrive are refused
  * (`state`), and so is a `clear`, which no shard already at its end would ever perform; `done`
  * is allowed. Wait for the last shard to finish the window (DONE, PARTIAL or STUCK), then act.
@@ -144,7 +147,7 @@ export class PostgresOperatorStore implements OperatorStore {
       slot,
       request,
       this.#sql.forceReleaseSlot,
-      true,
+      'live-lease',
       [action, request.evenIfLeaseLive, deadlineOf(request)],
       this.#sql.releaseShards,
     );
@@ -161,7 +164,7 @@ export class PostgresOperatorStore implements OperatorStore {
       slot,
       request,
       this.#sql.reopenSlot,
-      false,
+      undefined,
       [action, deadlineOf(request)],
       this.#sql.rewalkShards,
     );
@@ -170,8 +173,9 @@ export class PostgresOperatorStore implements OperatorStore {
   /*
    * Timeline of a re-drive (PARTIAL at epoch 2, effects bb and cc FAILED), one transaction:
    *   t0  operator reads the slot: PARTIAL, epoch 2
-   *   t1  sql.lockSlotForOperator: the slot row, locked, only if still epoch 2 with no live lease;
-   *       a claim, a reservation or a retry of this window now waits for the operator's commit
+   *   t1  sql.lockSlotForOperator: the slot row, locked, only if still epoch 2 and not RUNNING (its
+   *       lease live or ended: HolderRule), nor any of its shards; a claim, a reservation or a
+   *       retry of this window now waits for the operator's commit
    *   t2  named effects: locked and read (sql.lockEffects); one that is not FAILED → answered,
    *       nothing written. Then sql.deleteFailedEffects: bb and cc, as they are under the lock
    *   t3  sql.redriveSlot → RELEASED, the new deadline, runs without progress 0, no checkpoint
@@ -188,9 +192,9 @@ export class PostgresOperatorStore implements OperatorStore {
     const base = this.#params(slot, request);
     const sql = this.#sql;
     return this.#transaction('redrive', slot, async (query): Promise<RedriveOutcome> => {
-      const [guarded] = await query<SlotRow>(sql.lockSlotForOperator, base);
+      const [guarded] = await query<SlotRow>(sql.lockSlotForOperator, [...base, true]);
       if (!guarded) {
-        const refusal = await this.#refusal(query, slot, request, true);
+        const refusal = await this.#refusal(query, slot, request, 'running');
         return refusal.kind === 'absent' ? refusal : { ...refusal, cleared: [] };
       }
       // Its shards are running it: a re-walk now would race them (see the class comment).
@@ -198,7 +202,8 @@ export class PostgresOperatorStore implements OperatorStore {
         return { kind: 'refused', reason: 'state', current: toRecord(slot, guarded), cleared: [] };
       }
       const shards = await this.#lockShards(query, slot, guarded, request);
-      if (shards.live) return { ...shards.live, cleared: [] };
+      const held = heldShard(slot, shards.rows.values(), 'running');
+      if (held) return { ...held, cleared: [] };
       if (named) {
         const rows = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, named]);
         const marks = windowDoneMarks(guarded, shards.rows.values());
@@ -232,7 +237,9 @@ export class PostgresOperatorStore implements OperatorStore {
    * Timeline of resolving an effect in doubt (RESERVED at epoch 1 by a holder that crashed), one
    * transaction:
    *   t0  operator reads slot (DONE, epoch 2) and effect (RESERVED, epoch 1, owner o1)
-   *   t1  sql.lockSlotForOperator: the slot row, locked, only if still epoch 2 with no live lease
+   *   t1  sql.lockSlotForOperator: the slot row, locked, only if still epoch 2 and no run holds it
+   *       (for `clear` not RUNNING at all, for `done` under no live lease: HolderRule); then the
+   *       shards, and the one that wrote the effect by the same rule
    *   t2  the effect, locked and read: absent or DONE → answered, nothing written; else
    *       sql.markEffectDoneByOperator or sql.clearEffect on that exact reservation
    *   t3  clear on a DONE or PARTIAL slot: sql.reopenSlot (fenced on epoch 2, with the request's
@@ -255,9 +262,10 @@ export class PostgresOperatorStore implements OperatorStore {
     const base = this.#params(slot, request);
     const sql = this.#sql;
     const effectAction = `marked done by an operator at ${iso(request.now)}`;
+    const rule: HolderRule = resolution === 'clear' ? 'running' : 'live-lease';
     return this.#transaction('resolveEffect', slot, async (query): Promise<ResolveEffectOutcome> => {
-      const [guarded] = await query<SlotRow>(sql.lockSlotForOperator, base);
-      if (!guarded) return this.#refusal(query, slot, request, true);
+      const [guarded] = await query<SlotRow>(sql.lockSlotForOperator, [...base, rule === 'running']);
+      if (!guarded) return this.#refusal(query, slot, request, rule);
       // A cleared effect of a shard already at its end would never be performed (see the class comment).
       if (guarded.state === SlotState.Sharded && resolution === 'clear') {
         return { kind: 'refused', reason: 'state', current: toRecord(slot, guarded) };
@@ -269,9 +277,9 @@ export class PostgresOperatorStore implements OperatorStore {
       const key = [slot.jobId, slot.window, keyHash];
       const [row] = await query<OperatorEffectRow>(sql.lockEffects, [slot.jobId, slot.window, [keyHash]]);
       if (!row) return { kind: 'effect-absent' };
-      // The run that wrote it holds its shard's lease: it may still perform or mark it.
+      // The run that wrote it holds its shard: it may still perform or mark it.
       const holder = row.shard === null ? undefined : shards.rows.get(row.shard);
-      if (holder?.lease_live) return shardHeld(slot, holder);
+      if (holder && holdsBy(holder, rule)) return shardHeld(slot, holder);
       // What the operator resolved: a reservation (also when this is our own mark, committed by a
       // try whose reply was lost, and the row already reads DONE).
       const before: EffectRecord = { ...toEffectRecord(row), state: EffectState.Reserved };
@@ -331,8 +339,9 @@ export class PostgresOperatorStore implements OperatorStore {
   }
 
   /**
-   * One conditional UPDATE of the slot row, and when it matches nothing the read that explains it,
-   * in one transaction. `rest` follows the four parameters every operator statement starts with;
+   * One conditional UPDATE of the slot row, and when it matches nothing the read that explains it
+   * (`rule`: which holder the UPDATE's condition refuses), in one transaction. `rest` follows the
+   * four parameters every operator statement starts with;
    * its first is the action noted on the row. A sharded window's shards are given back with it by
    * `shardsText` (see #giveBackShards), in the same transaction.
    */
@@ -341,7 +350,7 @@ export class PostgresOperatorStore implements OperatorStore {
     slot: Slot,
     request: OperatorRequest,
     text: string,
-    leaseMatters: boolean,
+    rule: HolderRule | undefined,
     rest: [action: string, ...unknown[]],
     shardsText: string,
   ): Promise<OperatorWriteOutcome> {
@@ -352,7 +361,7 @@ export class PostgresOperatorStore implements OperatorStore {
         if (isSplit(written)) await this.#giveBackShards(query, shardsText, slot, request, rest[0]);
         return { kind: 'ok', record: toRecord(slot, written) };
       }
-      const answer = await this.#refusal(query, slot, request, leaseMatters);
+      const answer = await this.#refusal(query, slot, request, rule);
       // A RELEASED slot at the epoch read: this write (a try whose reply was lost) or the holder's
       // own release got there first. Either way the slot is where the operator wanted it.
       const { current } = answer.kind === 'refused' ? answer : {};
@@ -364,14 +373,15 @@ export class PostgresOperatorStore implements OperatorStore {
   }
 
   /**
-   * Explains a write that matched no row with the slot as it is now, read in the same transaction.
-   * `leaseMatters`: whether a live lease is a reason this write is refused.
+   * Explains a write that matched no row with the slot as it is now, read in the same transaction:
+   * as refusalReason does, the lease judged by the store's clock. `rule`: which holder refuses this
+   * write (none: a holder is never why).
    */
   async #refusal(
     query: TransactionQuery,
     slot: Slot,
     request: OperatorRequest,
-    leaseMatters: boolean,
+    rule: HolderRule | undefined,
   ): Promise<Refusal> {
     const [row] = await query<ExplainRow>(this.#sql.readSlotForOperator, [
       slot.jobId,
@@ -383,34 +393,29 @@ export class PostgresOperatorStore implements OperatorStore {
     const reason: RefusalReason =
       current.epoch !== request.expectedEpoch
         ? 'epoch-moved'
-        : leaseMatters && row.lease_live === true
-          ? 'lease-live'
+        : rule !== undefined && holdsBy(row, rule)
+          ? heldReason(row)
           : 'state';
     return { kind: 'refused', reason, current };
   }
 
   /**
    * Locks the shards of a sharded window (after its own row: the order every operator write takes),
-   * and finds the first one a run holds under a live lease. Nothing for a window that is not split.
+   * each with whether a run's lease on it is live. Nothing for a window that is not split.
    */
   async #lockShards(
     query: TransactionQuery,
     slot: Slot,
     window: SlotRow,
     request: OperatorRequest,
-  ): Promise<{ split: boolean; rows: ReadonlyMap<number, ShardRow>; live?: Refusal & { kind: 'refused' } }> {
+  ): Promise<{ split: boolean; rows: ReadonlyMap<number, ShardRow> }> {
     if (!isSplit(window)) return { split: false, rows: new Map() };
     const rows = await query<ShardRow>(this.#sql.lockShardsForOperator, [
       slot.jobId,
       slot.window,
       this.#now(request),
     ]);
-    const live = rows.find((row) => row.lease_live === true);
-    return {
-      split: true,
-      rows: new Map(rows.map((row) => [row.shard, row])),
-      ...(live ? { live: shardHeld(slot, live) } : {}),
-    };
+    return { split: true, rows: new Map(rows.map((row) => [row.shard, row])) };
   }
 
   /**
@@ -496,10 +501,32 @@ function windowDoneMarks(window: SlotRow, shards: Iterable<ShardRow>): WindowDon
 /** Whether a window's row says it is split into shards (rows of older builds are not). */
 const isSplit = (row: SlotRow) => (row.shards ?? 1) > 1;
 
-/** A write refused because a run holds one of the window's shards under a live lease: that shard, as it is. */
-function shardHeld(slot: Slot, row: ShardRow): Refusal & { kind: 'refused' } {
-  return { kind: 'refused', reason: 'lease-live', current: toRecord({ ...slot, shard: row.shard }, row) };
+/**
+ * The refusal for the first of a window's shards a run holds by `rule` (one under a live lease
+ * before one past its lease), or undefined when none is held.
+ */
+function heldShard(
+  slot: Slot,
+  shards: Iterable<ShardRow>,
+  rule: HolderRule,
+): (Refusal & { kind: 'refused' }) | undefined {
+  const rows = [...shards];
+  const holder = rows.find((row) => row.lease_live === true) ?? rows.find((row) => holdsBy(row, rule));
+  return holder ? shardHeld(slot, holder) : undefined;
 }
+
+/** A write refused because a run holds one of the window's shards: that shard, as it is. */
+function shardHeld(slot: Slot, row: ShardRow): Refusal & { kind: 'refused' } {
+  return { kind: 'refused', reason: heldReason(row), current: toRecord({ ...slot, shard: row.shard }, row) };
+}
+
+/** Whether a run holds the row as `rule` counts holders (HolderRule): under a live lease, or RUNNING at all. */
+function holdsBy(row: ExplainRow, rule: HolderRule): boolean {
+  return row.lease_live === true || (rule === 'running' && row.state === SlotState.Running);
+}
+
+/** Why a row a run holds refuses a write: its lease is live, or it is still RUNNING past it. */
+const heldReason = (row: ExplainRow): RefusalReason => (row.lease_live === true ? 'lease-live' : 'running');
 
 /** The `$deadline` parameter of a write that gives the slot back: NULL keeps the window's. */
 const deadlineOf = (request: OperatorRequest) =>

@@ -651,7 +651,7 @@ export function sqlFor(schema: string) {
      *   t2  deleteFailedEffects: the window's FAILED effects (or those named), as they are under
      *       the slot's lock, which every reservation and retry waits for
      *   t3  this UPDATE → RELEASED, given back for a re-walk, whatever the state the guard allowed
-     *       (any but RUNNING under a live lease); it always matches inside that transaction
+     *       (any but RUNNING); it always matches inside that transaction
      *   t4  a delivery claims it: epoch + 1, walks the job, skips what is done, leaves what is in
      *       doubt in doubt, performs the cleared effects (refused before they were performed: their
      *       first time)
@@ -673,17 +673,21 @@ export function sqlFor(schema: string) {
       RETURNING ${EFFECT_COLUMNS}`,
 
     /*
-     * Timeline of the guard that starts resolving an effect (one transaction with the writes below):
+     * Timeline of the guard that starts resolving an effect or a re-drive (one transaction with the
+     * writes below):
      *   t0  operator reads the slot (DONE, epoch 2) and the effect (RESERVED, epoch 1, owner o1)
      *   t1  this SELECT locks the slot row FOR UPDATE only if it is still at epoch 2 and no run holds
-     *       a live lease; a claim (an upsert of this row) or a reservation (FOR SHARE of it) now
-     *       waits for the operator's commit, so no run starts on the slot while the effect changes
-     * $1 job, $2 window, $3 expected epoch, $4 now.
+     *       it: under a live lease, or with $5 (a write that deletes effect records) RUNNING at all,
+     *       since a holder past its lease may be frozen and its late done marks would cover what the
+     *       write deletes (HolderRule). A claim (an upsert of this row) or a reservation (FOR SHARE
+     *       of it) now waits for the operator's commit, so no run starts on the slot while the
+     *       effect changes
+     * $1 job, $2 window, $3 expected epoch, $4 now, $5 whether a holder past its lease refuses too.
      */
     lockSlotForOperator: `
       SELECT ${WINDOW_COLUMNS}, claimer_clock FROM ${slots}
       WHERE job_id = $1 AND slot_window = $2 AND epoch = $3
-        AND NOT (state = 'RUNNING' AND lease_until >= ${now('$4')})
+        AND NOT (state = 'RUNNING' AND ($5::boolean OR lease_until >= ${now('$4')}))
       FOR UPDATE`,
 
     /**
