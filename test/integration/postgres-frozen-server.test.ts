@@ -359,13 +359,18 @@ describe('a run on a frozen Postgres server', HANG, () => {
     expect(failure).toMatchObject({ operation: 'release', mayHaveCommitted: false });
     expect(mailbox.total).toBe(3);
     expect(destroyed.count).toBeGreaterThanOrEqual(1);
-    // The fourth reservation, and the done marks of the three sent: both gave up on.
+    // The fourth reservation, and the done marks of the three sent: both gave up on. The marks are
+    // then tried one by one on the effects' own records (markDone), which the frozen server fails too.
     expect(first.log.lines.filter((l) => l.message === 'effect did not complete')).toHaveLength(1);
-    expect(
-      first.log.lines.filter(
-        (l) => l.message === 'checkpoint not written: performed effects not on record yet',
-      ),
-    ).toMatchObject([{ level: 'warn', fields: { unrecorded: 3 } }]);
+    const unwritten = first.log.lines.filter(
+      (l) => l.message === 'checkpoint not written: performed effects not on record yet',
+    );
+    expect(unwritten).toMatchObject([
+      { level: 'warn', fields: { unrecorded: 3 } },
+      { level: 'warn', fields: { unrecorded: 3 } },
+    ]);
+    expect(String(unwritten[0]?.fields?.error)).toContain('Postgres checkpoint of slot');
+    expect(String(unwritten[1]?.fields?.error)).toContain('Postgres markDone of an effect');
 
     // Once the run's sessions have ended, whatever the server was going to commit for it has.
     await pool.end();
