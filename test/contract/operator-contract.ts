@@ -734,7 +734,7 @@ export function describeOperatorContract(
       await backend.ledger.reserve(run, 'aa02', numbered(0));
       await backend.ledger.reserve(run, 'bb02', numbered(1));
       await backend.ledger.reserve(run, 'dd02', numbered(2));
-      await backend.ledger.recordFailure(run, 'bb02', { attempts: 5, reason: 'rejected' });
+      await backend.ledger.recordFailure(run, 'bb02', { attempts: 5, reason: 'rejected', seq: 1 });
       const marks = { '1': { below: 3, open: [2] } };
       const walked = { positions: { customers: '3' }, walked: true };
       expect(await backend.claims.checkpoint(run, walked, runSummary(1, 1), marks)).toEqual({ kind: 'ok' });

@@ -174,4 +174,25 @@ describe.each(backends)('done marks and an operator, on $name', ({ open }) => {
     expect(await run('next-delivery')).toMatchObject({ status: 'completed', epoch: 2 });
     expect(sent).toEqual([FIRST, SECOND]);
   });
+
+  it('does not email a recipient twice when the operator releases and clears before the frozen run thaws: its fenced mark puts the record back', async () => {
+    const { backend, operator } = await open();
+    const { clock, sent, run, thaw } = await frozenAfterFirstEmail(backend);
+
+    const request = { expectedEpoch: 1, now: OPERATOR_NOW };
+    await operator.forceRelease(SLOT, { ...request, evenIfLeaseLive: false });
+    // Released, the reservation reads in doubt, and an operator who wrongly believes it unsent clears it.
+    expect(await operator.resolveEffect(SLOT, hashKey(FIRST), 'clear', request)).toMatchObject({
+      kind: 'resolved',
+    });
+    expect(await backend.ledger.read(SLOT, hashKey(FIRST))).toBeUndefined();
+
+    // The run thaws fenced: its send is marked DONE on the effect's own record, which it writes anew.
+    expect(await thaw()).toMatchObject({ status: 'fenced', epoch: 1 });
+    expect(await backend.ledger.read(SLOT, hashKey(FIRST))).toMatchObject({ state: 'DONE', epoch: 1 });
+
+    await clock.advance(1_000);
+    expect(await run('next-delivery')).toMatchObject({ status: 'completed', epoch: 2 });
+    expect(sent).toEqual([FIRST, SECOND]);
+  });
 });

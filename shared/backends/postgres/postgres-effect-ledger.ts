@@ -235,6 +235,7 @@ export class PostgresEffectLedger implements EffectLedger {
     for (let start = 0; start < keyHashes.length; start += CHUNK) {
       await this.#query('markDone', claim, this.#sql.markEffectsDone, [
         keyHashes.slice(start, start + CHUNK),
+        claim.slot.shard ?? null,
       ]);
     }
   }

@@ -519,12 +519,29 @@ export function sqlFor(schema: string) {
     /*
      * Marks are conditioned on the reservation being this claim's own, not on the lease: once the
      * effect has happened DONE is the truth, even from a holder that has since been fenced out.
-     * $1 job, $2 window, $3 owner, $4 epoch, $5 key hashes.
+     *   our reservation (RESERVED, epoch e, owner o)            → DONE
+     *   no row: an operator cleared it after a release, while
+     *     the holder was frozen mid-send                         → a DONE row of ours, so the
+     *                                                              next run does not send it again
+     *   any other row (another epoch's, FAILED, DONE)            → left as it is
+     * $1 job, $2 window, $3 owner, $4 epoch, $5 key hashes, $6 shard or NULL.
      */
     markEffectsDone: `
-      UPDATE ${effects} SET state = 'DONE', done_at = now()
-      WHERE job_id = $1 AND slot_window = $2 AND key_hash = ANY($5::text[])
-        AND owner = $3 AND epoch = $4 AND state = 'RESERVED'`,
+      WITH marked AS (
+        UPDATE ${effects} SET state = 'DONE', done_at = now()
+        WHERE job_id = $1 AND slot_window = $2 AND key_hash = ANY($5::text[])
+          AND owner = $3 AND epoch = $4 AND state = 'RESERVED'
+      )
+      INSERT INTO ${effects} (job_id, slot_window, key_hash, state, epoch, owner, reserved_at, done_at,
+        expires_at, shard)
+      SELECT $1::text, $2::text, k.key_hash, 'DONE', $4::integer, $3::text, now(), now(), w.expires_at,
+        $6::integer
+      FROM unnest($5::text[]) AS k(key_hash)
+      JOIN ${slots} w ON w.job_id = $1 AND w.slot_window = $2
+      WHERE NOT EXISTS (
+        SELECT 1 FROM ${effects} e WHERE e.job_id = $1 AND e.slot_window = $2 AND e.key_hash = k.key_hash)
+      ORDER BY k.key_hash
+      ON CONFLICT (job_id, slot_window, key_hash) DO NOTHING`,
 
     /*
      * Timeline of a refusal: the effect was refused before it was performed.
