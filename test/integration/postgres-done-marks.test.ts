@@ -94,7 +94,12 @@ describe('Postgres done marks', () => {
   it('gives a refused effect retried by a later run that run’s number, which its own marks then cover', async () => {
     const { backend, slot, now, claim } = await claimedWindow();
     await backend.ledger.reserve(claim, 'k0', { rerunInDoubt: false, now, seq: 0 });
-    await backend.ledger.recordFailure(claim, 'k0', { attempts: 1, retryAt: now + 1, reason: 'throttled' });
+    await backend.ledger.recordFailure(claim, 'k0', {
+      attempts: 1,
+      retryAt: now + 1,
+      reason: 'throttled',
+      seq: 0,
+    });
     await backend.claims.checkpoint(claim, walking, progress, { '1': { below: 1, open: [] } });
     expect(await backend.ledger.read(slot, 'k0')).toMatchObject({ state: 'FAILED', seq: 0 });
     await backend.claims.release(
