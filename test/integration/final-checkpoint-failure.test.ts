@@ -3,10 +3,10 @@ import { memoryBackend } from '../../shared/backends/memory/memory-backend.js';
 import type { MemoryTransport } from '../../shared/backends/memory/memory-transport.js';
 import { defineJob } from '../../shared/job/job-definition.js';
 import { ManualClock } from '../helpers/manual-clock.js';
-import { deliver, hashKey, START, WINDOW } from './review-fixtures.js';
+import { deliver, hashKey, START, WINDOW } from '../helpers/one-window.js';
 
 /*
- * Review of done marks: a run's last checkpoint (Checkpointer.stop) carries the marks of the effects
+ * Found by a review of done marks: a run's last checkpoint (Checkpointer.stop) carries the marks of the effects
  * performed since the one before. If that one write fails (a throttled store, after the client's
  * retries) and the reads that follow succeed, the run goes on to tally and complete the window: the
  * sends it made and knows it made are RESERVED under numbers no marks cover, so the window is DONE

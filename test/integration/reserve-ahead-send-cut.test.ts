@@ -7,8 +7,8 @@ import { defineJob } from '../../shared/job/job-definition.js';
 import type { RunResult } from '../../shared/job/run-slot.js';
 import { EffectState } from '../../shared/slot/ports.js';
 import type { JobMetrics } from '../../shared/telemetry/metrics.js';
+import { deliver, hashKey, START, WINDOW } from '../helpers/one-window.js';
 import { inVirtualTime, VirtualClock } from '../helpers/virtual-clock.js';
-import { deliver, hashKey, START, WINDOW } from './review-fixtures.js';
 
 /*
  * Review of the send cut (half the stop margin left) with reserveAhead: each of 8 workers holds a

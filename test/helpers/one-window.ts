@@ -2,9 +2,9 @@ import { hmacEffectKeys } from '../../shared/effects/effect-key.js';
 import { type RunResult, type RunSlotArgs, runSlot } from '../../shared/job/run-slot.js';
 import type { Log } from '../../shared/telemetry/log.js';
 import type { JobMetrics } from '../../shared/telemetry/metrics.js';
-import { TEST_SECRET } from '../helpers/harness.js';
+import { TEST_SECRET } from './harness.js';
 
-/** What the review's tests share: one window, a second into it, and quiet logs and metrics. */
+/** What the one-window run tests share: one window, a second into it, and quiet logs and metrics. */
 export const WINDOW = '2026-11-30T06:00:00Z';
 export const START = Date.parse(WINDOW) + 1_000;
 export const hashKey = hmacEffectKeys(TEST_SECRET);

@@ -9,11 +9,11 @@ import type { OperatorStore } from '../../shared/slot/operator-ports.js';
 import { useDynamo } from '../helpers/dynalite.js';
 import { testBackend } from '../helpers/harness.js';
 import { ManualClock } from '../helpers/manual-clock.js';
+import { deliver, hashKey, START, WINDOW } from '../helpers/one-window.js';
 import { usePostgres } from '../helpers/postgres.js';
-import { deliver, hashKey, START, WINDOW } from './review-fixtures.js';
 
 /*
- * Review of done marks: an operator's `effects resolve --rerun` on a RUNNING slot whose lease has
+ * Found by a review of done marks: an operator's `effects resolve --rerun` on a RUNNING slot whose lease has
  * ended (allowed then: only a live lease refused it) deleted a reservation whose run was frozen, not
  * dead. Before done marks the thawed run's done mark was an unconditional put of DONE on the
  * effect's own item (DynamoDB, memory), which brought the record back as DONE. Now its mark is a

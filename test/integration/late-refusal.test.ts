@@ -5,10 +5,10 @@ import { EffectNotPerformedError, NotPerformedReason } from '../../shared/errors
 import { defineJob } from '../../shared/job/job-definition.js';
 import { EffectState } from '../../shared/slot/ports.js';
 import { ManualClock } from '../helpers/manual-clock.js';
-import { deliver, hashKey, START, WINDOW } from './review-fixtures.js';
+import { deliver, hashKey, START, WINDOW } from '../helpers/one-window.js';
 
 /*
- * Review of done marks: recordFailure is conditioned on the reservation being the claim's (owner,
+ * Found by a review of done marks: recordFailure is conditioned on the reservation being the claim's (owner,
  * epoch, RESERVED), not on which of the claim's reservations of the key it is (its seq). A run
  * reserves a key again, under a new number, once its refusal is due (the same recipient later in
  * the list, or a continuation's retry pass). If the first refusal's write lands late (the client
