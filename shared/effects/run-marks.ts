@@ -55,6 +55,17 @@ export class RunMarks {
     return this.#performed.length;
   }
 
+  /**
+   * The performed effects no snapshot has covered, handed over once: at the run's end, those no
+   * marks will ever cover (a number below them stays open: more in doubt than MAX_OPEN_MARKS lists),
+   * for the caller to mark one by one.
+   */
+  takeUncovered(): string[] {
+    const keyHashes = this.#performed.map((done) => done.keyHash);
+    this.#performed = [];
+    return keyHashes;
+  }
+
   /** The marks as they stand now, and the performed effects they newly cover. */
   snapshot(): MarksSnapshot {
     const open = [...this.#pending, ...this.#doubt].sort((a, b) => a - b);

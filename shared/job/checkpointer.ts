@@ -137,7 +137,8 @@ export class Checkpointer {
    * Writes what is left (marks and positions not yet written), then stops writing. The run's
    * performed effects read DONE to its own tally, and to every later run, only once this is written.
    * If the last write fails, no later one carries its marks: the performed effects they cover are
-   * marked one by one instead, so a run that goes on to finish its window leaves none in doubt.
+   * marked one by one instead, and so are those its marks could not cover (more numbers in doubt
+   * below them than marks list), so a run that goes on to finish its window leaves none in doubt.
    */
   async stop(): Promise<void> {
     this.#cancelTimer?.();
@@ -147,6 +148,9 @@ export class Checkpointer {
       this.#write();
       while (this.#writing) await this.#writing;
     }
+    // Performed effects the last marks could not cover (a number below them is open for good) are
+    // never covered by a later write either: marked one by one too.
+    this.#unrecorded.push(...this.#o.marks.takeUncovered());
     if (this.#unrecorded.length > 0) await this.#markUnrecorded().catch((error) => this.#failed(error));
     this.#stopped = true;
     if (this.#bug) throw this.#bug.error;
