@@ -25,7 +25,9 @@ export interface JobContext {
   readonly log: Log;
   /**
    * Performs `effect` at most once for `effectKey` in this window, across every replica, retry and
-   * takeover. The key is HMAC-hashed before it is stored or logged.
+   * takeover. The key is HMAC-hashed before it is stored or logged. The `signal` handed to `effect`
+   * aborts when the lease is lost or the invocation's time is nearly out (half the stop margin
+   * left): let it end a wait that has sent nothing, not a request already sent.
    * @example await ctx.once(`invoice-email:${invoice.id}`, () => sender.send(message))
    */
   once(effectKey: string, effect: (signal: AbortSignal) => Promise<void>): Promise<EffectResult>;
