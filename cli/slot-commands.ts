@@ -173,7 +173,9 @@ export async function slotsShow(ctx: CommandContext): Promise<number> {
   if (view.completedAt) lines.push(`  completed    ${view.completedAt}`);
   if (view.deadline) lines.push(`  deadline     ${view.deadline} (${untilOrAgo(view.deadline, ctx.now)})`);
   if (view.resumeAfter)
-    lines.push(`  waiting      for refused effects' retries: not resumed before ${view.resumeAfter}`);
+    lines.push(
+      `  waiting      for refused effects' retries, or an operator's clear or redrive under way: not resumed before ${view.resumeAfter}`,
+    );
   if (view.checkpoint) lines.push(`  checkpoint   ${describeCheckpoint(view.checkpoint)}`);
   if (view.progress && view.state === SlotState.Running) {
     const p = view.progress;

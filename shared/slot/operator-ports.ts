@@ -182,6 +182,74 @@ export function refusalReason(
 }
 
 /**
+ * How long an operator's `clear` or `redrive` holds a RELEASED slot against claims (its retry wait,
+ * `resumeAfter`, set to the operator's now plus this) while it deletes effect records and gives the
+ * slot back. Without transactions (DynamoDB, memory) these are several writes: a run claiming
+ * between them would pass a record as in doubt (or refused) that the next write deletes, and
+ * finish the window without it. A claim meeting the hold is answered `waiting`, and its message
+ * comes back after it. The operator's last write ends the hold; one that crashed before it leaves
+ * the hold to end by itself. Five minutes: far longer than the writes take, and long enough to
+ * dominate the clock skew between the operator's machine and the function's.
+ */
+export const OPERATOR_HOLD_MS = 5 * 60_000;
+
+/** The hold an operator's guard put on a RELEASED slot: until when, and the retry wait it found. */
+export interface OperatorHold {
+  readonly until: number;
+  /** The slot's own retry wait before the hold, restored when the hold ends without a reopen. */
+  readonly found?: number;
+}
+
+/** A guard's outcome, and the hold it put on the slot if it found it RELEASED. */
+export interface HeldGuard {
+  readonly outcome: OperatorWriteOutcome;
+  readonly hold?: OperatorHold;
+}
+
+/** Still RELEASED at the epoch the operator read, under its hold: the condition that ends the hold. */
+export function underHold(request: OperatorRequest, hold: OperatorHold) {
+  return (record: Pick<SlotRecord, 'state' | 'epoch' | 'resumeAfter'>): boolean =>
+    record.state === SlotState.Released &&
+    record.epoch === request.expectedEpoch &&
+    record.resumeAfter === hold.until;
+}
+
+/**
+ * The guard of a `clear` or a `redrive` on a store without transactions: reads the slot, then
+ * writes the guard `write` builds for what it read, a hold for a RELEASED slot (claimable: see
+ * OPERATOR_HOLD_MS), a plain guard conditioned on not RELEASED for any other. The condition covers
+ * what was read, so a slot that became RELEASED (an operator's reopen) or whose wait changed since
+ * is read again; a few times at most, then the refusal is the answer.
+ */
+export async function guardWithHold(
+  read: () => Promise<SlotRecord | undefined>,
+  write: (hold: OperatorHold | undefined) => Promise<OperatorWriteOutcome>,
+  request: OperatorRequest,
+): Promise<HeldGuard> {
+  let outcome: OperatorWriteOutcome = { kind: 'absent' };
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const seen = await read();
+    if (!seen) return { outcome: { kind: 'absent' } };
+    const hold =
+      seen.state === SlotState.Released && seen.epoch === request.expectedEpoch
+        ? {
+            until: Math.max(seen.resumeAfter ?? 0, request.now + OPERATOR_HOLD_MS),
+            ...(seen.resumeAfter !== undefined ? { found: seen.resumeAfter } : {}),
+          }
+        : undefined;
+    outcome = await write(hold);
+    if (outcome.kind !== 'refused') return { outcome, ...(hold && outcome.kind === 'ok' ? { hold } : {}) };
+    const { current } = outcome;
+    const changedUnderUs =
+      current.epoch === request.expectedEpoch &&
+      current.state !== SlotState.Running &&
+      current.state !== SlotState.Sharded;
+    if (!changedUnderUs) return { outcome };
+  }
+  return { outcome };
+}
+
+/**
  * The FAILED effects a re-drive clears (see OperatorStore.redrive), as an adapter without
  * transactions reads them before it deletes each one: every one of the window, or the `keyHashes`
  * named, all of which must be FAILED (else the answer names the ones that are not, and nothing is

@@ -255,7 +255,7 @@ function judge(
         state === SlotState.Sharded
           ? `, ${record.finishedShards?.length ?? 0} of ${record.shards ?? '?'} shards finished`
           : record.resumeAfter !== undefined && record.resumeAfter > now
-            ? `, waiting for retries until ${iso(record.resumeAfter)}`
+            ? `, waiting for retries (or an operator's hold) until ${iso(record.resumeAfter)}`
             : '';
       return now > dueBy
         ? {

@@ -9,7 +9,10 @@ import { StoreError } from '../../errors.js';
 import {
   type EffectResolution,
   failedEffectsToClear,
+  guardWithHold,
+  type HeldGuard,
   type HolderRule,
+  type OperatorHold,
   type OperatorRequest,
   type OperatorStore,
   type OperatorWriteOutcome,
@@ -19,6 +22,7 @@ import {
   type ReleaseRequest,
   type ResolveEffectOutcome,
   refusalReason,
+  underHold,
 } from '../../slot/operator-ports.js';
 import { type EffectRecord, EffectState, type SlotRecord, SlotState } from '../../slot/ports.js';
 import { canonicalSlot, type Slot } from '../../slot/slot.js';
@@ -113,11 +117,12 @@ export class DynamoOperatorStore implements OperatorStore {
    * Timeline of a re-drive (PARTIAL at epoch 2, effects bb and cc FAILED):
    *   t0  operator reads the slot: PARTIAL, epoch 2
    *   t1  UpdateItem on the slot if epoch = 2 AND not RUNNING (records the action): no run holds
-   *       it, not even one past its lease (see HolderRule), and it is as the operator saw it
+   *       it, not even one past its lease (see HolderRule), and it is as the operator saw it. A
+   *       RELEASED slot (claimable) is also held against claims until t3 (see #guard)
    *   t2  each FAILED effect: DeleteItem if it is still that exact refusal (FAILED, epoch, owner,
    *       attempts): a record a run re-reserved meanwhile is left to that run
    *   t3  UpdateItem if epoch = 2 AND not RUNNING → RELEASED, the new deadline, runs without
-   *       progress 0, no checkpoint, no retry wait
+   *       progress 0, no checkpoint, no retry wait (which ends t1's hold)
    *   t4  a delivery claims it: epoch 3, walks the job, skips what is done, performs bb and cc
    * The effects go first: a crash between t2 and t3 leaves the slot PARTIAL with fewer failures on
    * record, and the same command run again finishes the job. A cleared effect was refused before it
@@ -125,12 +130,15 @@ export class DynamoOperatorStore implements OperatorStore {
    */
   async redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome> {
     slot = canonicalSlot(slot);
-    const guard = await this.#slotWrite(slot, request, noHolder(request, 'running', 'redrive'));
+    const { outcome: guard, hold } = await this.#guard(slot, request, 'redrive');
     if (guard.kind === 'absent') return guard;
     if (guard.kind === 'refused') return { ...guard, cleared: [] };
 
     const failed = await failedEffectsToClear(this.#ledger, slot, request.keyHashes);
-    if (!Array.isArray(failed)) return failed;
+    if (!Array.isArray(failed)) {
+      await this.#endHold(slot, request, hold);
+      return failed;
+    }
     const cleared: EffectRecord[] = [];
     for (const effect of failed) {
       if (await this.#deleteExactly(slot, effect)) cleared.push(effect);
@@ -164,9 +172,13 @@ export class DynamoOperatorStore implements OperatorStore {
    *       exact reservation (RESERVED, epoch 1, owner o1)
    *   t3  clear on a DONE or PARTIAL slot: reopen it, fenced on epoch 2, so a later delivery performs it;
    *       done on one: move the effect from in doubt to done in the window's stored summary
-   * A delivery claiming the slot between t1 and t2 finds the effect RESERVED by an earlier epoch and
-   * leaves it in doubt (never performs it), so the effect runs at most once whichever write lands
-   * first. If it also completed before t3, the reopen is refused and the outcome says so.
+   *   t3' clear on a RELEASED slot: end t1's hold (see #guard)
+   * A delivery claiming the slot between t1 and t2 would find the effect RESERVED by an earlier epoch
+   * and leave it in doubt (never perform it): the effect runs at most once whichever write lands
+   * first. For a `clear` it must not run at all: the delete would then remove a reservation the run
+   * has passed by, and, with no reopen after a RELEASED slot, the run would finish the window
+   * without it. A DONE or PARTIAL slot cannot be claimed; a RELEASED one is held against claims
+   * from t1 to t3'.
    */
   async resolveEffect(
     slot: Slot,
@@ -175,15 +187,33 @@ export class DynamoOperatorStore implements OperatorStore {
     request: OperatorRequest,
   ): Promise<ResolveEffectOutcome> {
     slot = canonicalSlot(slot);
-    const guard = await this.#slotWrite(
-      slot,
-      request,
-      resolution === 'done'
-        ? noHolder(request, 'live-lease', `marked-done ${keyHash}`)
-        : noHolder(request, 'running', `cleared ${keyHash}`),
-    );
+    if (resolution === 'done') {
+      const guard = await this.#slotWrite(
+        slot,
+        request,
+        noHolder(request, 'live-lease', `marked-done ${keyHash}`),
+      );
+      if (guard.kind !== 'ok') return guard;
+      return this.#resolve(slot, keyHash, resolution, request, guard.record);
+    }
+    const { outcome: guard, hold } = await this.#guard(slot, request, `cleared ${keyHash}`);
     if (guard.kind !== 'ok') return guard;
+    try {
+      return await this.#resolve(slot, keyHash, resolution, request, guard.record);
+    } finally {
+      // Held only when the guard found the slot RELEASED, which t3 never reopens: t3' ends the hold.
+      await this.#endHold(slot, request, hold);
+    }
+  }
 
+  /** t2 and t3 of resolveEffect, after its guard let them go ahead on `guarded`. */
+  async #resolve(
+    slot: Slot,
+    keyHash: string,
+    resolution: EffectResolution,
+    request: OperatorRequest,
+    guarded: SlotRecord,
+  ): Promise<ResolveEffectOutcome> {
     const before = await this.#ledger.read(slot, keyHash);
     if (!before) return { kind: 'effect-absent' };
     if (before.state !== EffectState.Reserved) return { kind: 'effect-not-in-doubt', current: before };
@@ -235,11 +265,66 @@ export class DynamoOperatorStore implements OperatorStore {
     }
 
     let slotReopened = false;
-    if (resolution === 'clear' && isFinished(guard.record)) {
+    if (resolution === 'clear' && isFinished(guarded)) {
       slotReopened = (await this.reopen(slot, request)).kind === 'ok';
     }
-    if (resolution === 'done') await this.#countDone(slot, keyHash, guard.record, request);
+    if (resolution === 'done') await this.#countDone(slot, keyHash, guarded, request);
     return { kind: 'resolved', resolution, before, slotReopened };
+  }
+
+  /*
+   * Timeline of the guard of a clear or a re-drive (see OPERATOR_HOLD_MS):
+   *   t0  operator reads the slot: RELEASED, epoch 2, retry wait w (or none)
+   *   t1  UpdateItem if epoch = 2 AND RELEASED AND resumeAfter = w (or none)
+   *       → resumeAfter = the later of w and now + OPERATOR_HOLD_MS: a claim is answered `waiting`
+   *   t2  the operator's deletes
+   *   t3  its last write ends the hold: the re-drive's give-back (no retry wait), or #endHold
+   * Any other state but RUNNING or SHARDED cannot be claimed: the guard is then conditioned on the
+   * state not RELEASED, and nothing is held. A slot that changed between t0 and t1 (reopened, its
+   * wait changed) is read again. An operator that crashes after t1 leaves the hold to end by itself.
+   */
+  #guard(slot: Slot, request: OperatorRequest, action: string): Promise<HeldGuard> {
+    const plain = noHolder(request, 'running', action);
+    return guardWithHold(
+      () => this.#claims.read(slot),
+      (hold) =>
+        this.#slotWrite(
+          slot,
+          request,
+          hold
+            ? {
+                ...plain,
+                update: 'SET #operatorAction = :action, #resumeAfter = :hold',
+                condition: `#epoch = :expected AND #state = :released AND ${waitIs(hold.found)}`,
+                values: { ':hold': num(hold.until), ...foundValue(hold) },
+                isDone: underHold(request, hold),
+              }
+            : { ...plain, condition: `${plain.condition} AND #state <> :released` },
+        ),
+      request,
+    );
+  }
+
+  /*
+   * Timeline of a hold's end (t3' of a clear on a RELEASED slot, or a clear or re-drive that
+   * answered without writing):
+   *   t3' UpdateItem if epoch = 2 AND RELEASED AND resumeAfter = the hold → the wait found at t0
+   *       back (or none)
+   * A slot that moved on (the hold had ended by itself, and a run claimed it) is left alone.
+   */
+  async #endHold(slot: Slot, request: OperatorRequest, hold: OperatorHold | undefined): Promise<void> {
+    if (!hold) return;
+    await this.#slotWrite(slot, request, {
+      action: 'hold-ended',
+      update:
+        hold.found !== undefined
+          ? 'SET #operatorAction = :action, #resumeAfter = :found'
+          : 'SET #operatorAction = :action REMOVE #resumeAfter',
+      condition: '#epoch = :expected AND #state = :released AND #resumeAfter = :hold',
+      values: { ':hold': num(hold.until), ...foundValue(hold) },
+      isDone: () => true,
+      refusal: (current) => refusalReason(current, request, undefined),
+    });
   }
 
   /*
@@ -436,6 +521,15 @@ function noHolder(request: OperatorRequest, rule: HolderRule, action: string) {
     isDone: (_record: SlotRecord) => false,
     refusal: (current: SlotRecord) => refusalReason(current, request, rule),
   };
+}
+
+/** The retry wait the guard found, as its condition. */
+function waitIs(found: number | undefined): string {
+  return found !== undefined ? '#resumeAfter = :found' : 'attribute_not_exists(#resumeAfter)';
+}
+
+function foundValue(hold: OperatorHold): Record<string, AttributeValue> {
+  return hold.found !== undefined ? { ':found': num(hold.found) } : {};
 }
 
 function storeError(operation: string, slot: Slot, cause: unknown): StoreError {

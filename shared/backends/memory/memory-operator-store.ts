@@ -2,7 +2,10 @@ import { StoreError } from '../../errors.js';
 import {
   type EffectResolution,
   failedEffectsToClear,
+  guardWithHold,
+  type HeldGuard,
   type HolderRule,
+  type OperatorHold,
   type OperatorRequest,
   type OperatorStore,
   type OperatorWriteOutcome,
@@ -12,6 +15,7 @@ import {
   type ReleaseRequest,
   type ResolveEffectOutcome,
   refusalReason,
+  underHold,
 } from '../../slot/operator-ports.js';
 import { type EffectRecord, EffectState, type SlotRecord, SlotState } from '../../slot/ports.js';
 import { canonicalSlot, type Slot, windowSlot } from '../../slot/slot.js';
@@ -78,12 +82,15 @@ export class MemoryOperatorStore implements OperatorStore {
 
   // Timeline: DynamoOperatorStore.redrive.
   async redrive(slot: Slot, request: RedriveRequest): Promise<RedriveOutcome> {
-    const guard = await this.#slotWrite(slot, noHolder(request, 'running'));
+    const { outcome: guard, hold } = await this.#guard(slot, request);
     if (guard.kind === 'absent') return guard;
     if (guard.kind === 'refused') return { ...guard, cleared: [] };
 
     const failed = await failedEffectsToClear(this.#ledger, slot, request.keyHashes);
-    if (!Array.isArray(failed)) return failed;
+    if (!Array.isArray(failed)) {
+      await this.#endHold(slot, request, hold);
+      return failed;
+    }
     const cleared: EffectRecord[] = [];
     for (const effect of failed) {
       const deleted = await this.#effectWrite(slot, effect.keyHash, exactly(effect), () => undefined);
@@ -93,6 +100,7 @@ export class MemoryOperatorStore implements OperatorStore {
       }
     }
 
+    // Gives the slot back without a retry wait: the hold ends here.
     const reopened = await this.#slotWrite(slot, {
       ...noHolder(request, 'running'),
       write: (item) => givenBack(item, request, { rewalk: true }),
@@ -109,12 +117,28 @@ export class MemoryOperatorStore implements OperatorStore {
     resolution: EffectResolution,
     request: OperatorRequest,
   ): Promise<ResolveEffectOutcome> {
-    const guard = await this.#slotWrite(
-      slot,
-      noHolder(request, resolution === 'clear' ? 'running' : 'live-lease'),
-    );
+    if (resolution === 'done') {
+      const guard = await this.#slotWrite(slot, noHolder(request, 'live-lease'));
+      if (guard.kind !== 'ok') return guard;
+      return this.#resolve(slot, keyHash, resolution, request, guard.record);
+    }
+    const { outcome: guard, hold } = await this.#guard(slot, request);
     if (guard.kind !== 'ok') return guard;
+    try {
+      return await this.#resolve(slot, keyHash, resolution, request, guard.record);
+    } finally {
+      // Held only when the guard found the slot RELEASED, which is never reopened: this ends the hold.
+      await this.#endHold(slot, request, hold);
+    }
+  }
 
+  async #resolve(
+    slot: Slot,
+    keyHash: string,
+    resolution: EffectResolution,
+    request: OperatorRequest,
+    guarded: SlotRecord,
+  ): Promise<ResolveEffectOutcome> {
     const before = await this.#ledger.read(slot, keyHash);
     if (!before) return { kind: 'effect-absent' };
     if (before.state !== EffectState.Reserved) return { kind: 'effect-not-in-doubt', current: before };
@@ -129,7 +153,7 @@ export class MemoryOperatorStore implements OperatorStore {
     }
 
     let slotReopened = false;
-    if (resolution === 'clear' && isFinished(guard.record.state)) {
+    if (resolution === 'clear' && isFinished(guarded.state)) {
       slotReopened = (await this.reopen(slot, request)).kind === 'ok';
     }
     if (resolution === 'done') {
@@ -146,6 +170,42 @@ export class MemoryOperatorStore implements OperatorStore {
       });
     }
     return { kind: 'resolved', resolution, before, slotReopened };
+  }
+
+  // Timeline: DynamoOperatorStore.#guard.
+  #guard(slot: Slot, request: OperatorRequest): Promise<HeldGuard> {
+    const plain = noHolder(request, 'running');
+    return guardWithHold(
+      () => this.#claims.read(canonicalSlot(slot)),
+      (hold) =>
+        this.#slotWrite(
+          slot,
+          hold
+            ? {
+                ...plain,
+                condition: (item) =>
+                  item.epoch === request.expectedEpoch &&
+                  item.state === SlotState.Released &&
+                  item.resumeAfter === hold.found,
+                write: (item) => ({ ...item, resumeAfter: hold.until }),
+                isDone: underHold(request, hold),
+              }
+            : { ...plain, condition: (item) => plain.condition(item) && item.state !== SlotState.Released },
+        ),
+      request,
+    );
+  }
+
+  // Timeline: DynamoOperatorStore.#endHold.
+  async #endHold(slot: Slot, request: OperatorRequest, hold: OperatorHold | undefined): Promise<void> {
+    if (!hold) return;
+    await this.#slotWrite(slot, {
+      condition: underHold(request, hold),
+      write: ({ resumeAfter: _hold, ...item }) =>
+        hold.found !== undefined ? { ...item, resumeAfter: hold.found } : item,
+      isDone: () => true,
+      refusal: (current) => refusalReason(current, request, undefined),
+    });
   }
 
   async #slotWrite(
