@@ -12,7 +12,7 @@ import { ManualClock } from '../helpers/manual-clock.js';
 import { deliver, hashKey, START, WINDOW } from '../helpers/one-window.js';
 
 /*
- * Found by review2: on DynamoDB and memory, an operator's `clear` and `redrive` are several writes
+ * Found by a second review of done marks: on DynamoDB and memory, an operator's `clear` and `redrive` are several writes
  * without a transaction: t1 a guard on the slot (its epoch, not RUNNING), t2 the delete of the
  * effect record, t3 a reopen (a clear only if the guard saw the slot finished). Operators release a
  * RUNNING slot before they clear, so the slot is often RELEASED, which any delivery may claim
@@ -155,6 +155,55 @@ for (const [name, racing] of Object.entries(backends)) {
       expect(resolved).toMatchObject({ kind: 'redriven', cleared: [{ keyHash: hashKey(UNSURE) }] });
       expect(sent).toEqual([FIRST, UNSURE, LAST]);
       expect(slot).toMatchObject({ state: 'DONE', summary: { done: 3, inDoubt: 0, failed: 0 } });
+    });
+  });
+
+  describe(`${name}: an operator's hold on a released slot`, () => {
+    it('ends its hold when it has nothing to write: a clear of a key with no record, a redrive naming one that is not FAILED', async () => {
+      const { backend, operator } = await racing(async () => {});
+      const clock = new ManualClock(START);
+      const slot = { jobId: 'operator-hold-ends', window: WINDOW };
+      const sent: string[] = [];
+      const job = defineJob({
+        id: slot.jobId,
+        run: (ctx) =>
+          ctx.onceEach([FIRST, LAST], { key: (to) => to, concurrency: 1 }, async (to) => {
+            sent.push(to);
+          }),
+      });
+      const run = (invocationId: string, remainingTimeMs?: () => number) =>
+        deliver({
+          job,
+          backend,
+          clock,
+          slot,
+          invocationId,
+          options: { leaseMs: 600_000 },
+          ...(remainingTimeMs ? { remainingTimeMs } : {}),
+        });
+      // No time left: the run yields before its first email, and the slot is RELEASED with no wait.
+      expect(await run('run-1', () => 0)).toMatchObject({ status: 'yielded', reason: 'time' });
+      const request = { expectedEpoch: 1, now: clock.now() };
+
+      expect(await operator.resolveEffect(slot, hashKey('nobody@example.test'), 'clear', request)).toEqual({
+        kind: 'effect-absent',
+      });
+      expect(await backend.claims.read(slot)).toMatchObject({ state: 'RELEASED', epoch: 1 });
+      expect((await backend.claims.read(slot))?.resumeAfter).toBeUndefined();
+      expect(
+        await operator.redrive(slot, {
+          ...request,
+          deadline: request.now + 6 * 3_600_000,
+          keyHashes: [hashKey(FIRST)],
+        }),
+      ).toMatchObject({
+        kind: 'effects-not-failed',
+      });
+      expect((await backend.claims.read(slot))?.resumeAfter).toBeUndefined();
+
+      // Not held: the next delivery claims the slot at once and finishes the window.
+      expect(await run('run-2')).toMatchObject({ status: 'completed', epoch: 2 });
+      expect(sent).toEqual([FIRST, LAST]);
     });
   });
 }
