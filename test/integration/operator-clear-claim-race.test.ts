@@ -205,5 +205,45 @@ for (const [name, racing] of Object.entries(backends)) {
       expect(await run('run-2')).toMatchObject({ status: 'completed', epoch: 2 });
       expect(sent).toEqual([FIRST, LAST]);
     });
+
+    it('puts back the wait a released slot already had (a refused email due later) when its clear ends', async () => {
+      const { backend, operator } = await racing(async () => {});
+      const clock = new ManualClock(START);
+      const slot = { jobId: 'operator-hold-keeps-wait', window: WINDOW };
+      const THROTTLED = 'throttled@example.test';
+      const job = defineJob({
+        id: slot.jobId,
+        run: (ctx) =>
+          ctx.onceEach([UNSURE, THROTTLED], { key: (to) => to, concurrency: 1 }, async (to) => {
+            if (to === UNSURE) throw new Error('socket hang up');
+            throw new EffectNotPerformedError('slow down', { reason: NotPerformedReason.Throttled });
+          }),
+      });
+      const first = await deliver({
+        job,
+        backend,
+        clock,
+        slot,
+        invocationId: 'run-1',
+        options: { leaseMs: 600_000 },
+      });
+      expect(first).toMatchObject({ status: 'yielded', reason: 'retry-wait' });
+      const waiting = await backend.claims.read(slot);
+      expect(waiting).toMatchObject({ state: 'RELEASED', epoch: 1 });
+      const wait = waiting?.resumeAfter;
+      expect(wait).toBeGreaterThan(clock.now());
+
+      const request = { expectedEpoch: 1, now: clock.now() };
+      expect(await operator.resolveEffect(slot, hashKey(UNSURE), 'clear', request)).toMatchObject({
+        kind: 'resolved',
+        slotReopened: false,
+      });
+      // The hold (five minutes, longer than the wait) is gone, and the refused email's wait is back.
+      expect(await backend.claims.read(slot)).toMatchObject({
+        state: 'RELEASED',
+        epoch: 1,
+        resumeAfter: wait,
+      });
+    });
   });
 }
