@@ -32,6 +32,17 @@ type RacingBackend = (between: () => Promise<void>) => Promise<{
   readonly operator: OperatorStore;
 }>;
 
+/** Delivers `slot` of `job` by invocation id, with a 10-minute lease and, if given, the time left. */
+function deliveries(base: Pick<Parameters<typeof deliver>[0], 'job' | 'backend' | 'clock' | 'slot'>) {
+  return (invocationId: string, remainingTimeMs?: () => number) =>
+    deliver({
+      ...base,
+      invocationId,
+      options: { leaseMs: 600_000 },
+      ...(remainingTimeMs ? { remainingTimeMs } : {}),
+    });
+}
+
 const dynamo = useDynamo();
 
 const backends: Record<string, RacingBackend> = {
@@ -108,16 +119,7 @@ for (const [name, racing] of Object.entries(backends)) {
         continuation = run('continuation');
         await continuation;
       });
-      const run = (invocationId: string, remainingTimeMs?: () => number) =>
-        deliver({
-          job,
-          backend,
-          clock,
-          slot,
-          invocationId,
-          options: { leaseMs: 600_000 },
-          ...(remainingTimeMs ? { remainingTimeMs } : {}),
-        });
+      const run = deliveries({ job, backend, clock, slot });
 
       expect(await run('run-1', () => START + 200_000 - clock.now())).toMatchObject({
         status: 'yielded',
@@ -171,16 +173,7 @@ for (const [name, racing] of Object.entries(backends)) {
             sent.push(to);
           }),
       });
-      const run = (invocationId: string, remainingTimeMs?: () => number) =>
-        deliver({
-          job,
-          backend,
-          clock,
-          slot,
-          invocationId,
-          options: { leaseMs: 600_000 },
-          ...(remainingTimeMs ? { remainingTimeMs } : {}),
-        });
+      const run = deliveries({ job, backend, clock, slot });
       // No time left: the run yields before its first email, and the slot is RELEASED with no wait.
       expect(await run('run-1', () => 0)).toMatchObject({ status: 'yielded', reason: 'time' });
       const request = { expectedEpoch: 1, now: clock.now() };
