@@ -15,6 +15,7 @@ import {
   type WorkQueue,
   WorkQueueError,
 } from '../continuation/work-queue.js';
+import { drainConcurrently } from '../effects/concurrent-drain.js';
 import type { EffectKeyRing } from '../effects/effect-key.js';
 import { ConfigurationError, InvalidEventError, SlotguardError } from '../errors.js';
 import type { Log } from '../telemetry/log.js';
@@ -195,26 +196,20 @@ export function createJobHandler(job: JobDefinition, deps: JobHandlerDeps): JobH
       for (let at = 0; at < bodies.length; at += MAX_BATCH_MESSAGES) {
         batches.push(bodies.slice(at, at + MAX_BATCH_MESSAGES));
       }
-      let next = 0;
       let sent = 0;
-      let failed: { readonly error: unknown } | undefined;
-      const sender = async () => {
-        while (!failed) {
-          const batch = batches[next++];
-          if (!batch) return;
+      try {
+        // After a failed batch no worker takes another; those in flight finish, and count.
+        await drainConcurrently(batches, FAN_OUT_BATCHES_IN_FLIGHT, async (batch) => {
           try {
             await queue.sendBatch(batch, 0);
             sent += batch.length;
           } catch (error) {
             // Only what the queue confirmed counts: a batch that failed outright confirmed none.
             if (error instanceof BatchSendError) sent += error.sent;
-            failed ??= { error };
+            throw error;
           }
-        }
-      };
-      await Promise.all(Array.from({ length: Math.min(FAN_OUT_BATCHES_IN_FLIGHT, batches.length) }, sender));
-      if (failed) {
-        const { error } = failed;
+        });
+      } catch (error) {
         throw new WorkQueueError(
           'send',
           `sent ${sent} of the ${plan.shards} shard messages of window ${window} of job '${job.id}' ` +
